@@ -1,0 +1,329 @@
+/*
+ * dsk.h - the whole public API of dsk.
+ *
+ * dsk gives DeepSeek-V4 (Flash, Pro), DeepSeek-V3.2 and GLM-5.1 inference
+ * kernels for NVIDIA SM120/SM121 (validated on sm_90) and a portable CPU
+ * reference. This header compiles as C99 and C++ and includes no CUDA
+ * header: streams are passed as `void *` (a cudaStream_t for CUDA contexts).
+ *
+ * Rules that hold for every call (docs/api.md has the guide):
+ *  - every call returns a dsk_status; DSK_STATUS_OK is 0, errors are negative,
+ *    and dsk_last_error() gives the detail (thread-local);
+ *  - every op takes one descriptor whose first field is struct_size, set by
+ *    the caller with sizeof; pointers are device pointers for a CUDA context
+ *    and host pointers for a CPU context;
+ *  - ops that need scratch have a _plan call returning the workspace size;
+ *    run calls never allocate;
+ *  - bad descriptor fields are errors; bad data inside buffers is handled by
+ *    the op's rule and counted in the optional `counters`.
+ */
+#ifndef DSK_H
+#define DSK_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(__GNUC__)
+#define DSK_API __attribute__((visibility("default")))
+#else
+#define DSK_API
+#endif
+
+/* ------------------------------------------------------------------ version */
+#define DSK_VERSION_MAJOR 0
+#define DSK_VERSION_MINOR 1
+#define DSK_VERSION_PATCH 0
+#define DSK_VERSION_STRING "0.1.0"
+
+/* "0.1.0" */
+DSK_API const char *dsk_version(void);
+/* One line of build options: compiler, CUDA architectures, OpenMP, sanitizers. */
+DSK_API const char *dsk_build_info(void);
+
+/* ------------------------------------------------------------------- status */
+#define DSK_STATUS_MAP(X)                                                                  \
+  X(OK, 0, "success")                                                                      \
+  X(INVALID_ARG, -1, "a descriptor field or argument is invalid")                          \
+  X(UNSUPPORTED, -2, "the request is valid but this build or backend cannot serve it")    \
+  X(BACKEND_UNAVAILABLE, -3, "the requested or forced backend cannot run here")            \
+  X(DEVICE, -4, "a CUDA runtime or driver call failed")                                    \
+  X(OUT_OF_MEMORY, -5, "a host or device allocation failed")                               \
+  X(IO, -6, "a file could not be read or written")                                         \
+  X(PARSE, -7, "a file was read but is not valid")                                         \
+  X(TUNE_MISS, -8, "DSK_AUTOTUNE_REQUIRE_HIT=1 and no tuned entry exists")                 \
+  X(NATIVE_REQUIRED, -9, "DSK_REQUIRE_SM120_NATIVE=1 and the op has no native SM120 path") \
+  X(INVALID_DATA, -10, "a load or preparation function found invalid values in its input")
+
+typedef enum dsk_status {
+#define DSK_STATUS_ENUM_(name, value, text) DSK_STATUS_##name = value,
+  DSK_STATUS_MAP(DSK_STATUS_ENUM_)
+#undef DSK_STATUS_ENUM_
+  DSK_STATUS_MIN_ = -10
+} dsk_status;
+
+/* "DSK_STATUS_INVALID_ARG"; "DSK_STATUS_UNKNOWN" for values outside the list. */
+DSK_API const char *dsk_status_name(dsk_status s);
+/* The sentence of the list above. */
+DSK_API const char *dsk_status_str(dsk_status s);
+/* Detail text of the last failed call on this thread ("" if none). */
+DSK_API const char *dsk_last_error(void);
+DSK_API void dsk_clear_error(void);
+
+/* ------------------------------------------------------------------ logging */
+typedef enum dsk_log_level {
+  DSK_LOG_OFF = 0,
+  DSK_LOG_ERROR = 1,
+  DSK_LOG_WARN = 2, /* default */
+  DSK_LOG_INFO = 3,
+  DSK_LOG_DEBUG = 4,
+  DSK_LOG_TRACE = 5
+} dsk_log_level;
+
+typedef void (*dsk_log_fn)(int level, const char *msg, void *user);
+/* Process-wide; NULL restores the default (stderr, "dsk: " prefix). Thread-safe. */
+DSK_API void dsk_log_set(dsk_log_fn fn, void *user);
+
+/* ------------------------------------------------------------------ context */
+typedef struct dsk_ctx dsk_ctx;
+
+typedef struct dsk_ctx_opts {
+  size_t struct_size;
+  const char *device;  /* "cpu", "cuda:N" or "auto"; NULL = "auto" */
+  const char *backend; /* NULL: DSK_BACKEND, else automatic */
+  int num_threads;     /* CPU threads; 0: DSK_NUM_THREADS, else all cores */
+  int log_level;       /* -1: DSK_LOG_LEVEL, else DSK_LOG_WARN */
+} dsk_ctx_opts;
+
+/* Fills opts with the defaults above (struct_size included). */
+DSK_API void dsk_ctx_opts_init(dsk_ctx_opts *opts);
+/* opts may be NULL (all defaults). On failure *ctx is NULL. */
+DSK_API dsk_status dsk_ctx_create(dsk_ctx **ctx, const dsk_ctx_opts *opts);
+DSK_API void dsk_ctx_destroy(dsk_ctx *ctx);
+
+typedef struct dsk_ctx_info {
+  size_t struct_size;
+  char backend[32];     /* chosen backend */
+  char reason[256];     /* why it was chosen */
+  int is_cuda;
+  int device_index;     /* -1 for the CPU */
+  char device_name[128];
+  int cc_major, cc_minor;
+  int sm_count;
+  int64_t smem_optin_bytes; /* per block, after the DSK_TEST_AS_SM120 cap */
+  int64_t l2_bytes;
+  int64_t global_mem_bytes;
+  int driver_version, runtime_version;
+  int num_threads;
+  int test_as_sm120;
+} dsk_ctx_info;
+DSK_API dsk_status dsk_ctx_get_info(const dsk_ctx *ctx, dsk_ctx_info *info);
+
+/* Memory of the context's device (host memory for a CPU context). Copies are
+ * synchronous; dsk_ctx_synchronize waits for the stream (NULL = the
+ * context's default stream). */
+DSK_API dsk_status dsk_mem_alloc(dsk_ctx *ctx, void **ptr, size_t bytes);
+DSK_API dsk_status dsk_mem_free(dsk_ctx *ctx, void *ptr);
+DSK_API dsk_status dsk_mem_upload(dsk_ctx *ctx, void *dst_dev, const void *src_host, size_t bytes);
+DSK_API dsk_status dsk_mem_download(dsk_ctx *ctx, void *dst_host, const void *src_dev, size_t bytes);
+DSK_API dsk_status dsk_mem_set(dsk_ctx *ctx, void *dst_dev, int byte, size_t bytes);
+DSK_API dsk_status dsk_ctx_synchronize(dsk_ctx *ctx, void *stream);
+
+/* ----------------------------------------------------------------- backends */
+typedef enum dsk_op {
+  DSK_OP_KV_WRITE = 1,
+  DSK_OP_KV_READ = 2,
+  DSK_OP_SLOT_LIST = 3,
+  DSK_OP_SPARSE_MLA_DECODE = 4
+} dsk_op;
+/* "kv_write", "kv_read", "slot_list", "sparse_mla_decode"; NULL if unknown. */
+DSK_API const char *dsk_op_name(dsk_op op);
+
+typedef struct dsk_backend_info {
+  size_t struct_size;
+  char name[32];
+  char description[128];
+  int is_cuda;
+} dsk_backend_info;
+
+DSK_API int dsk_backend_count(void);
+DSK_API const char *dsk_backend_name(int index); /* NULL past the end */
+/* Can backend `name` run on `device` ("cpu", "cuda:N", "auto")? Returns OK
+ * whenever the question could be answered; *available and reason tell. */
+DSK_API dsk_status dsk_backend_query(const char *name, const char *device, dsk_backend_info *info,
+                                     int *available, char *reason, size_t reason_len);
+/* Would the context serve this op with this descriptor? desc points to the
+ * op's own descriptor. Returns OK whenever the question could be answered. */
+DSK_API dsk_status dsk_op_supported(dsk_ctx *ctx, dsk_op op, const void *desc, int *supported,
+                                    char *reason, size_t reason_len);
+
+/* ---------------------------------------------------------- number formats */
+typedef uint16_t dsk_bf16; /* upper 16 bits of an IEEE fp32 */
+
+DSK_API dsk_bf16 dsk_bf16_from_f32(float x); /* round to nearest even; NaN stays NaN */
+DSK_API float dsk_bf16_to_f32(dsk_bf16 x);
+/* OCP e4m3fn: RNE, saturating to +-448, NaN -> 0x7F (bit-identical to cvt.rn.satfinite). */
+DSK_API uint8_t dsk_e4m3_from_f32(float x);
+DSK_API float dsk_e4m3_to_f32(uint8_t x);
+/* e2m1 (4-bit code in the low nibble): RNE to {0,.5,1,1.5,2,3,4,6}, saturating. */
+DSK_API uint8_t dsk_e2m1_from_f32(float x);
+DSK_API float dsk_e2m1_to_f32(uint8_t code);
+/* UE8M0: KV decoder (0 -> 0.0, 255 -> NaN) and weight-scale decoder (0 -> 2^-127, 255 -> NaN). */
+DSK_API float dsk_ue8m0_kv_to_f32(uint8_t e);
+DSK_API float dsk_ue8m0_w_to_f32(uint8_t e);
+/* Exponent byte of the smallest power of two >= x (x finite and > 0), clamped to [1, 254]. */
+DSK_API uint8_t dsk_ue8m0_ceil_from_f32(float x);
+
+/* ------------------------------------------------------------ KV caches */
+typedef enum dsk_kv_format {
+  DSK_KV_FORMAT_A656 = 1,   /* DeepSeek-V3.2, GLM-5/5.1: 656 B/token, inline fp32 scales */
+  DSK_KV_FORMAT_B584 = 2,   /* DeepSeek-V4: 576 B/token + 8 B/token page footer */
+  DSK_KV_FORMAT_IDXK132 = 3 /* lightning-indexer keys: 128 e4m3 + fp32 scale */
+} dsk_kv_format;
+
+/* Format A writer scale rule; the indexer writer uses POW2 (default) or RAW. */
+typedef enum dsk_scale_rule { DSK_SCALE_POW2 = 0, DSK_SCALE_RAW = 1 } dsk_scale_rule;
+
+/* One paged cache: page p starts at base + p*page_stride; slot = p*pbs + j. */
+typedef struct dsk_kv_cache {
+  void *base;
+  int64_t pbs;         /* entries per page, >= 1 */
+  int64_t page_stride; /* bytes, >= dsk_kv_min_page_stride (CUDA: multiple of 16) */
+  int64_t num_pages;   /* >= 1 */
+} dsk_kv_cache;
+
+DSK_API int64_t dsk_kv_entry_bytes(dsk_kv_format f);  /* 656 / 584 / 132; 0 if unknown */
+DSK_API int64_t dsk_kv_dim(dsk_kv_format f);          /* dequantised dims: 576 / 512 / 128 */
+DSK_API int64_t dsk_kv_latent_dim(dsk_kv_format f);   /* quantised dims: 512 / 448 / 128 */
+DSK_API int64_t dsk_kv_min_page_stride(dsk_kv_format f, int64_t pbs);
+DSK_API int64_t dsk_kv_canonical_page_stride(dsk_kv_format f, int64_t pbs);
+
+typedef struct dsk_kv_write_desc {
+  size_t struct_size;
+  void *stream;
+  dsk_kv_format format;
+  int64_t N;                                  /* rows; 0 = no-op */
+  const dsk_bf16 *latent; int64_t latent_stride; /* [N, dsk_kv_latent_dim], element stride */
+  const dsk_bf16 *rope; int64_t rope_stride;     /* [N, 64]; unused (NULL) for IDXK132 */
+  const int32_t *slot_mapping;                /* [N]; < 0 skipped, >= capacity skipped+counted */
+  dsk_kv_cache cache;
+  dsk_scale_rule scale_rule;                  /* Format A and IDXK132 */
+  int64_t *counters; /* optional: [0] += slots >= capacity, [1] += non-finite tiles */
+} dsk_kv_write_desc;
+DSK_API dsk_status dsk_kv_write(dsk_ctx *ctx, const dsk_kv_write_desc *desc);
+
+/* Dequantising reader: out[n, 0:dsk_kv_dim] = decoded record of slots[n]
+ * (fp32). Rows whose slot is negative or >= capacity are written as NaN and
+ * counted in counters[0]. */
+typedef struct dsk_kv_read_desc {
+  size_t struct_size;
+  void *stream;
+  dsk_kv_format format;
+  int64_t N;
+  const int32_t *slots;
+  dsk_kv_cache cache;
+  float *out; int64_t out_stride;
+  int64_t *counters;
+} dsk_kv_read_desc;
+DSK_API dsk_status dsk_kv_read(dsk_ctx *ctx, const dsk_kv_read_desc *desc);
+
+/* ------------------------------------------------------------ slot lists */
+typedef enum dsk_slot_list_kind {
+  DSK_SLOTS_TOPK = 1,  /* request-local top-k -> physical slots (V3.2 / GLM)   */
+  DSK_SLOTS_SWA = 2,   /* DSv4 sliding window (segment 0)                      */
+  DSK_SLOTS_C4A = 3,   /* DSv4 ratio-4 compressed top-k, compacted (segment 1)  */
+  DSK_SLOTS_C128A = 4  /* DSv4 ratio-128 compressed, all complete entries      */
+} dsk_slot_list_kind;
+
+typedef struct dsk_block_table {
+  const int32_t *table; /* [rows, max_blocks], entry = page index; < 0 = none */
+  int64_t stride;       /* elements between rows */
+  int64_t rows;         /* R; req[t] outside [0, R) gives an all -1 row (counted) */
+  int64_t max_blocks;
+} dsk_block_table;
+
+typedef struct dsk_slot_list_desc {
+  size_t struct_size;
+  void *stream;
+  dsk_slot_list_kind kind;
+  int64_t T;                   /* rows; 0 = no-op */
+  const int32_t *req;          /* [T] block-table row */
+  const int32_t *pos;          /* [T] absolute position (SWA, C128A) */
+  const int32_t *slot_mapping; /* [T] < 0 marks a padding row */
+  dsk_block_table block_table;
+  int64_t pbs;                 /* page size of the target cache */
+  const int32_t *idx; int64_t idx_stride; /* TOPK, C4A: request-local numbers [T, K], -1 padded */
+  int64_t K;                   /* TOPK, C4A */
+  int64_t window;              /* SWA: W (<= width) */
+  int64_t ratio;               /* C128A: compression ratio (0 = 128) */
+  int32_t *out; int64_t out_stride; /* [T, width] */
+  int64_t width;               /* SWA, C128A: list width; TOPK, C4A: 0 or K */
+  int32_t *lens;               /* [T] or NULL: valid count (TOPK: non-negative outputs) */
+  int64_t *counters;           /* optional: [0] += rows whose req is out of range */
+} dsk_slot_list_desc;
+DSK_API dsk_status dsk_slot_list_build(dsk_ctx *ctx, const dsk_slot_list_desc *desc);
+
+/* ---------------------------------------------------------------- tactics */
+typedef struct dsk_tactic {
+  int32_t op;      /* dsk_op; 0 in an all-zero (= use tuned entry / heuristic) tactic */
+  int32_t version; /* tactic version of that op */
+  int32_t v[6];
+} dsk_tactic;
+
+typedef enum dsk_tactic_source {
+  DSK_TACTIC_HEURISTIC = 0,
+  DSK_TACTIC_TUNED = 1,
+  DSK_TACTIC_FORCED = 2
+} dsk_tactic_source;
+
+typedef struct dsk_plan_info {
+  size_t struct_size;
+  int64_t workspace_bytes;
+  dsk_tactic tactic;   /* what the run call would use */
+  int tactic_source;   /* dsk_tactic_source */
+  char backend[32];
+} dsk_plan_info;
+
+/* ----------------------------------------------------- sparse MLA decode */
+typedef enum dsk_precision { DSK_PRECISION_ACCURATE = 0, DSK_PRECISION_FAST = 1 } dsk_precision;
+
+#define DSK_SPARSE_MLA_TACTIC_VERSION 1
+
+typedef struct dsk_sparse_mla_segment {
+  dsk_kv_cache cache;
+  const int32_t *slots;   /* [T, width] physical slots; negative = invalid */
+  int64_t slots_stride_t; /* elements */
+  int64_t width;          /* >= 1 */
+  const int32_t *lens;    /* [T] valid prefix per row, or NULL (= width) */
+} dsk_sparse_mla_segment;
+
+typedef struct dsk_sparse_mla_desc {
+  size_t struct_size;
+  void *stream;
+  dsk_kv_format format; /* A656 (Dqk 576) or B584 (Dqk 512) */
+  int64_t T;            /* query rows; 0 = no-op */
+  int64_t H;            /* 1..128 */
+  const dsk_bf16 *q; int64_t q_stride_t, q_stride_h; /* [T, H, Dqk], element strides */
+  float sm_scale;       /* finite, > 0 */
+  int nseg;             /* 1 or 2 */
+  dsk_sparse_mla_segment seg[2];
+  const float *sink;    /* [H] or NULL */
+  dsk_bf16 *out; int64_t out_stride_t, out_stride_h; /* [T, H, 512] */
+  float *lse; int64_t lse_stride_t, lse_stride_h;    /* [T, H] or NULL; natural log, no sink */
+  dsk_precision precision;
+  void *workspace; int64_t workspace_bytes;
+  dsk_tactic tactic;    /* all zero: tuned entry else heuristic; otherwise forced */
+  int64_t *counters;    /* optional: [0] += out-of-range slots at k < L, [1] += clamped lens */
+} dsk_sparse_mla_desc;
+
+DSK_API dsk_status dsk_sparse_mla_decode_plan(dsk_ctx *ctx, const dsk_sparse_mla_desc *desc,
+                                              dsk_plan_info *info);
+DSK_API dsk_status dsk_sparse_mla_decode(dsk_ctx *ctx, const dsk_sparse_mla_desc *desc);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* DSK_H */

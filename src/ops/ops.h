@@ -1,0 +1,30 @@
+/* ops.h - validators shared by the run calls and dsk_op_supported. Each
+ * returns DSK_STATUS_OK or an error with dsk_last_error() naming the field. */
+#ifndef DSK_OPS_H
+#define DSK_OPS_H
+
+#include "../backend/backend.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+dsk_status dsk__kv_write_validate(const dsk_ctx *ctx, const dsk_kv_write_desc *d);
+dsk_status dsk__kv_read_validate(const dsk_ctx *ctx, const dsk_kv_read_desc *d);
+dsk_status dsk__slot_list_validate(const dsk_ctx *ctx, const dsk_slot_list_desc *d);
+dsk_status dsk__sparse_mla_validate(const dsk_ctx *ctx, const dsk_sparse_mla_desc *d);
+/* Cache geometry check shared by every cache-reading op: `what` names the
+ * cache in messages ("sparse_mla_decode: segment 1"). */
+dsk_status dsk__kv_cache_validate(const dsk_ctx *ctx, const char *what, dsk_kv_format f,
+                                  const dsk_kv_cache *c);
+
+/* Registry helpers (registry.c). */
+int dsk__parse_device(const char *device);
+dsk_status dsk__select_backend(const char *forced, const char *forced_by, const char *device,
+                               const dsk_env *env, const dsk_backend **out, int *out_device,
+                               char *why, size_t why_len);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

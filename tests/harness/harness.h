@@ -1,0 +1,39 @@
+/* harness.h - the backend-vs-reference harness, shared by `dsk check`,
+ * `dsk demo`, `dsk bench` and the tests. Each check runs an op on the
+ * context's backend (CPU or CUDA; data moves with dsk_mem_*) and compares it
+ * with the CPU reference and, for sparse decode, an independent fp64 oracle. */
+#ifndef DSK_HARNESS_H
+#define DSK_HARNESS_H
+
+#include <stdio.h>
+
+#include "dsk.h"
+#include "testutil.h"
+
+typedef struct dsk_check_opts {
+  int quick;        /* reduced shapes (make test, qemu); 0 = full set */
+  uint64_t seed;
+  int verbose;
+  FILE *log;        /* per-case lines; NULL = stdout */
+  const char *only; /* NULL = all; else "kv", "slots", "sparse_mla" */
+} dsk_check_opts;
+
+/* Each adds to counts (passed/failed checks) and returns 0 on success. */
+int dsk_check_kv(dsk_ctx *ctx, const dsk_check_opts *o, tu_counts *c);         /* check_kv.c */
+int dsk_check_slots(dsk_ctx *ctx, const dsk_check_opts *o, tu_counts *c);      /* check_slots.c */
+int dsk_check_sparse_mla(dsk_ctx *ctx, const dsk_check_opts *o, tu_counts *c); /* check_sparse_mla.c */
+/* All of the above (harness.c). */
+int dsk_check_run(dsk_ctx *ctx, const dsk_check_opts *o, tu_counts *c);
+
+/* The main job (demo.c): DSv4-Flash and GLM-5.1 decode steps, written with
+ * the writer, slot lists from the builders, decode on ctx's backend,
+ * checked against the reference; one row per case. Returns 0 if every row
+ * is within the spec's bound. */
+typedef struct dsk_demo_opts {
+  int reps;   /* timed repetitions (median); 0 = default */
+  int quick;  /* smaller contexts (for tests) */
+  uint64_t seed;
+} dsk_demo_opts;
+int dsk_demo_run(dsk_ctx *ctx, const dsk_demo_opts *o, FILE *out);
+
+#endif
