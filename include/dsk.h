@@ -323,6 +323,34 @@ DSK_API dsk_status dsk_sparse_mla_decode_plan(dsk_ctx *ctx, const dsk_sparse_mla
                                               dsk_plan_info *info);
 DSK_API dsk_status dsk_sparse_mla_decode(dsk_ctx *ctx, const dsk_sparse_mla_desc *desc);
 
+/* ------------------------------------------------------------- timing */
+/* Times a callable on the context's device: `warmup` untimed calls, then
+ * `reps` samples, each one call between two device events (CUDA) or two
+ * monotonic clock reads after the call returns (CPU). With flush_l2 set, a
+ * scratch buffer of 2 x L2 is written before each sample, outside the
+ * timed region. Used by `dsk bench` and the tuner. */
+typedef dsk_status (*dsk_bench_fn)(dsk_ctx *ctx, void *user);
+
+typedef struct dsk_bench_opts {
+  size_t struct_size;
+  void *stream;   /* the stream fn launches on (NULL = the context's default) */
+  int warmup;     /* >= 0 */
+  int reps;       /* 1 .. 100000 */
+  int flush_l2;   /* 1 = cold L2 before each sample */
+} dsk_bench_opts;
+
+typedef struct dsk_bench_result {
+  size_t struct_size;
+  double median_us, min_us, max_us;
+  int reps;
+} dsk_bench_result;
+
+DSK_API dsk_status dsk_bench_run(dsk_ctx *ctx, dsk_bench_fn fn, void *user, const dsk_bench_opts *opts,
+                                 dsk_bench_result *result);
+/* Device-to-device copy of `bytes` (median of 10 after 3 warm-ups);
+ * *gbps counts bytes read plus bytes written. CPU: memcpy on one thread. */
+DSK_API dsk_status dsk_bench_copy_bandwidth(dsk_ctx *ctx, size_t bytes, double *gbps);
+
 #ifdef __cplusplus
 }
 #endif

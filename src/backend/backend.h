@@ -37,6 +37,12 @@ typedef struct dsk_backend {
   /* Workspace bytes for a validated descriptor and a resolved tactic. */
   int64_t (*sparse_mla_workspace)(const dsk_ctx *ctx, const dsk_sparse_mla_desc *d, const dsk_tactic *t);
   dsk_status (*sparse_mla_decode)(dsk_ctx *ctx, const dsk_sparse_mla_desc *d, const dsk_tactic *t);
+  /* Timing (src/tune/bench.c drives them): fills samples_us[0..reps). */
+  dsk_status (*bench_samples)(dsk_ctx *ctx, dsk_bench_fn fn, void *user, const dsk_bench_opts *o,
+                              double *samples_us);
+  /* One timed copy of `bytes` from src to dst, in microseconds. */
+  dsk_status (*bench_copy)(dsk_ctx *ctx, void *dst, const void *src, size_t bytes, double *us);
+
   /* Optional: resident CTAs per SM of the decode kernel, for the tactic
    * heuristic (NULL = 1). */
   int (*sparse_mla_ctas_per_sm)(const dsk_ctx *ctx, const dsk_sparse_mla_desc *d);

@@ -36,4 +36,16 @@ typedef struct dsk_demo_opts {
 } dsk_demo_opts;
 int dsk_demo_run(dsk_ctx *ctx, const dsk_demo_opts *o, FILE *out);
 
+/* `dsk bench sparse-mla` (bench_mla.c): one CSV row per (case, T). */
+typedef struct dsk_bench_mla_opts {
+  int reps;            /* samples per case (median); 0 = 20 */
+  int warm;            /* 1 = no L2 flush between samples */
+  int quick;           /* small pools (for tests) */
+  int max_T;           /* skip T above this; 0 = all */
+  const char *model;   /* substring filter on the model name, or NULL */
+  double mma_tflops;   /* MMA ceiling for the floor column; 0 = 640 (H200 bf16 mma.sync) */
+  uint64_t seed;
+} dsk_bench_mla_opts;
+int dsk_bench_sparse_mla(dsk_ctx *ctx, const dsk_bench_mla_opts *o, FILE *out);
+
 #endif

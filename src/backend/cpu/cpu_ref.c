@@ -79,4 +79,6 @@ const dsk_backend dsk__backend_cpu_ref = {
     .slot_list_build = dsk__ref_slot_list_build,
     .sparse_mla_workspace = dsk__ref_sparse_mla_workspace,
     .sparse_mla_decode = dsk__ref_sparse_mla_decode,
+    .bench_samples = dsk__cpu_bench_samples,
+    .bench_copy = dsk__cpu_bench_copy,
 };

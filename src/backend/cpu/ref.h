@@ -15,6 +15,10 @@ dsk_status dsk__ref_slot_list_build(dsk_ctx *ctx, const dsk_slot_list_desc *d);
 int64_t dsk__ref_sparse_mla_workspace(const dsk_ctx *ctx, const dsk_sparse_mla_desc *d, const dsk_tactic *t);
 dsk_status dsk__ref_sparse_mla_decode(dsk_ctx *ctx, const dsk_sparse_mla_desc *d, const dsk_tactic *t);
 
+dsk_status dsk__cpu_bench_samples(dsk_ctx *ctx, dsk_bench_fn fn, void *user, const dsk_bench_opts *o,
+                                  double *samples_us);
+dsk_status dsk__cpu_bench_copy(dsk_ctx *ctx, void *dst, const void *src, size_t bytes, double *us);
+
 #ifdef __cplusplus
 }
 #endif

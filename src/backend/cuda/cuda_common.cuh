@@ -1,0 +1,38 @@
+/* cuda_common.cuh - helpers for the CUDA backend's .cu files: error
+ * conversion, stream choice, small device utilities. */
+#ifndef DSK_CUDA_COMMON_CUH
+#define DSK_CUDA_COMMON_CUH
+
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+#include "cuda_internal.h"
+
+#define DSK_CUDA_TRY(what, call)                                                         \
+  do {                                                                                   \
+    cudaError_t e_ = (call);                                                             \
+    if (e_ != cudaSuccess)                                                               \
+      return dsk__fail(DSK_STATUS_DEVICE, "%s: %s failed: %s (%s)", what, #call,         \
+                       cudaGetErrorString(e_), cudaGetErrorName(e_));                    \
+  } while (0)
+
+/* After a launch: a launch error becomes DSK_STATUS_DEVICE (no host sync). */
+#define DSK_CUDA_LAUNCHED(what)                                                          \
+  do {                                                                                   \
+    cudaError_t e_ = cudaGetLastError();                                                 \
+    if (e_ != cudaSuccess)                                                               \
+      return dsk__fail(DSK_STATUS_DEVICE, "%s: kernel launch failed: %s (%s)", what,    \
+                       cudaGetErrorString(e_), cudaGetErrorName(e_));                    \
+  } while (0)
+
+static inline cudaStream_t dsk__cuda_stream(const dsk_ctx *ctx, void *stream) {
+  return stream ? (cudaStream_t)stream : (cudaStream_t)ctx->default_stream;
+}
+
+static inline const dsk_cuda_state *dsk__cuda_state(const dsk_ctx *ctx) {
+  return (const dsk_cuda_state *)ctx->backend_state;
+}
+
+static inline unsigned dsk__ceil_div_u(int64_t a, int64_t b) { return (unsigned)((a + b - 1) / b); }
+
+#endif

@@ -1,0 +1,58 @@
+/* cuda_internal.h - declarations shared by the CUDA backend's files. The
+ * entry points are extern "C" so the backend tables (cuda_tables.c, plain C)
+ * can point at them. No CUDA header here: this file is included from C. */
+#ifndef DSK_CUDA_INTERNAL_H
+#define DSK_CUDA_INTERNAL_H
+
+#include "../backend.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* SM120's opt-in shared memory per block; every kernel configuration of the
+ * shared (sm_90 + sm_120) kernels must fit it (tests/test_cuda_smem.c). */
+#define DSK_SM120_SMEM_LIMIT 101376
+
+/* Per-context state of the CUDA backend. */
+typedef struct dsk_cuda_state {
+  int device;
+  int sm120_table;        /* 1 = running the cuda-sm120 table (native or DSK_TEST_AS_SM120) */
+  int64_t smem_optin;     /* per-block opt-in limit after the SM120 cap */
+} dsk_cuda_state;
+
+/* cuda_device.cu */
+int dsk__cuda_probe_sm90(int device, const dsk_env *env, char *reason, size_t len);
+int dsk__cuda_probe_sm120(int device, const dsk_env *env, char *reason, size_t len);
+dsk_status dsk__cuda_init_sm90(dsk_ctx *ctx, int device);
+dsk_status dsk__cuda_init_sm120(dsk_ctx *ctx, int device);
+void dsk__cuda_fini(dsk_ctx *ctx);
+dsk_status dsk__cuda_mem_alloc(dsk_ctx *ctx, void **ptr, size_t bytes);
+dsk_status dsk__cuda_mem_free(dsk_ctx *ctx, void *ptr);
+dsk_status dsk__cuda_mem_upload(dsk_ctx *ctx, void *dst, const void *src, size_t bytes);
+dsk_status dsk__cuda_mem_download(dsk_ctx *ctx, void *dst, const void *src, size_t bytes);
+dsk_status dsk__cuda_mem_set(dsk_ctx *ctx, void *dst, int byte, size_t bytes);
+dsk_status dsk__cuda_synchronize(dsk_ctx *ctx, void *stream);
+
+/* cuda_bench.cu */
+dsk_status dsk__cuda_bench_samples(dsk_ctx *ctx, dsk_bench_fn fn, void *user, const dsk_bench_opts *o,
+                                   double *samples_us);
+dsk_status dsk__cuda_bench_copy(dsk_ctx *ctx, void *dst, const void *src, size_t bytes, double *us);
+
+/* kv_cache.cu */
+dsk_status dsk__cuda_kv_write(dsk_ctx *ctx, const dsk_kv_write_desc *d);
+dsk_status dsk__cuda_kv_read(dsk_ctx *ctx, const dsk_kv_read_desc *d);
+/* slot_list.cu */
+dsk_status dsk__cuda_slot_list_build(dsk_ctx *ctx, const dsk_slot_list_desc *d);
+/* sparse_mla_decode.cu */
+int64_t dsk__cuda_sparse_mla_workspace(const dsk_ctx *ctx, const dsk_sparse_mla_desc *d, const dsk_tactic *t);
+dsk_status dsk__cuda_sparse_mla_decode(dsk_ctx *ctx, const dsk_sparse_mla_desc *d, const dsk_tactic *t);
+int dsk__cuda_sparse_mla_ctas_per_sm(const dsk_ctx *ctx, const dsk_sparse_mla_desc *d);
+/* Shared memory bytes of one decode CTA for a format (host-computable, from
+ * the kernel's own constants; 0 for an unknown format). */
+int64_t dsk__cuda_sparse_mla_smem_bytes(dsk_kv_format f);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

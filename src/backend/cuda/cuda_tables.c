@@ -1,0 +1,37 @@
+/* cuda_tables.c - the cuda-sm90 and cuda-sm120 backend tables. Both run the
+ * same portable kernels (mma.sync, cp.async; no wgmma, TMEM or clusters);
+ * cuda-sm120 is built for sm_120a/sm_121a and has no native slots yet. */
+#include "cuda_internal.h"
+
+#define DSK_CUDA_SLOTS                                    \
+  .is_cuda = 1, .fini = dsk__cuda_fini,                   \
+  .mem_alloc = dsk__cuda_mem_alloc,                       \
+  .mem_free = dsk__cuda_mem_free,                         \
+  .mem_upload = dsk__cuda_mem_upload,                     \
+  .mem_download = dsk__cuda_mem_download,                 \
+  .mem_set = dsk__cuda_mem_set,                           \
+  .synchronize = dsk__cuda_synchronize,                   \
+  .kv_write = dsk__cuda_kv_write,                         \
+  .kv_read = dsk__cuda_kv_read,                           \
+  .slot_list_build = dsk__cuda_slot_list_build,           \
+  .sparse_mla_workspace = dsk__cuda_sparse_mla_workspace, \
+  .sparse_mla_decode = dsk__cuda_sparse_mla_decode,       \
+  .sparse_mla_ctas_per_sm = dsk__cuda_sparse_mla_ctas_per_sm, \
+  .bench_samples = dsk__cuda_bench_samples,               \
+  .bench_copy = dsk__cuda_bench_copy
+
+const dsk_backend dsk__backend_cuda_sm90 = {
+    .name = "cuda-sm90",
+    .description = "portable CUDA kernels on Hopper (CC 9.0), the validation target",
+    .probe = dsk__cuda_probe_sm90,
+    .init = dsk__cuda_init_sm90,
+    DSK_CUDA_SLOTS,
+};
+
+const dsk_backend dsk__backend_cuda_sm120 = {
+    .name = "cuda-sm120",
+    .description = "portable CUDA kernels built for sm_120a/sm_121a (RTX 50xx, RTX PRO 6000, GB10)",
+    .probe = dsk__cuda_probe_sm120,
+    .init = dsk__cuda_init_sm120,
+    DSK_CUDA_SLOTS,
+};

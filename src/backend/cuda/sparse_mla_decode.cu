@@ -1,0 +1,659 @@
+/* sparse_mla_decode.cu - the portable sparse MLA decode kernel (ACCURATE
+ * mode) and its combine kernel, shared by cuda-sm90 and cuda-sm120.
+ *
+ * Only instructions that exist on sm_90 and sm_120 are used: mma.sync
+ * (f16 and bf16 m16n8k16, fp32 accumulation), cp.async, cvt e4m3x2->f16x2.
+ *
+ * CTA = 4 warps, 16 heads (the m16 rows) of one query row, one split of the
+ * row's 64-candidate chunks (segment 0 chunks, then segment 1). Candidates
+ * are processed in stages of 32: the raw cache records are copied into
+ * shared memory with cp.async (double buffer; invalid candidates are zero
+ * filled, never read), then
+ *  - QK: warp w scores candidates 8w..8w+7 over all Dqk dims. The fp8 nope
+ *    part runs as f16 MMAs: e4m3 converts exactly to f16, and Q is converted
+ *    to f16 after an exact power-of-two pre-scale per head that keeps it in
+ *    range. Each scale tile's partial sum is multiplied by that candidate's
+ *    tile scale in fp32 (exact for arbitrary Format A scales). The bf16 rope
+ *    part runs as bf16 MMAs.
+ *  - online softmax in the log2 domain; invalid candidates get weight
+ *    exactly 0 and no (-inf) - (-inf) is ever formed.
+ *  - PV: warp w owns output dims 128w..128w+127 as two 64-dim halves. The
+ *    fp8 part is an f16 MMA with A = P * (scale_c / R), where R is the
+ *    running maximum tile scale of that half (the accumulator is rescaled
+ *    when R grows, like the softmax max), so A stays in [0, 1]; the bf16
+ *    rope dims of Format B use a bf16 MMA with A = P.
+ * Output dims are permuted inside each 64-dim half (MMA column n of n-tile
+ * j is dim 8n + j) so that one 8-byte shared load feeds eight n-tiles.
+ * With one split the CTA writes the final output (sink folded in);
+ * otherwise it writes fp32 partials and the combine kernel merges them. */
+#include <cuda_fp16.h>
+#include <math.h>
+#include <string.h>
+
+#include "cuda_common.cuh"
+#include "sparse_mla_layout.h"
+
+namespace {
+
+constexpr int kHeads = DSK_MLA_HEADS;
+constexpr int kThreads = DSK_MLA_THREADS;
+constexpr int kSub = DSK_MLA_SUB;
+
+struct Seg {
+  const uint8_t *base;
+  int64_t pbs, page_stride, cap; /* cap = num_pages * pbs */
+  const int32_t *slots;
+  int64_t slots_st, width;
+  const int32_t *lens;
+};
+
+struct Params {
+  const uint16_t *q;
+  int64_t q_st, q_sh;
+  float scale_log2; /* sm_scale * log2(e) */
+  int64_t T, H;
+  int nseg;
+  Seg seg[2];
+  const float *sink;
+  uint16_t *out;
+  int64_t out_st, out_sh;
+  float *lse;
+  int64_t lse_st, lse_sh;
+  float *part_o;   /* [T][H][splits][512] */
+  float *part_lse; /* [T][H][splits] */
+  int splits, cpb, nch0, nch;
+  int nhg;
+  unsigned long long *counters;
+};
+
+template <int F>
+struct Fmt;
+template <>
+struct Fmt<1> { /* A656 */
+  static constexpr int NOPE = 512, TILE = 128, NT = 4, SREC = 656, ROPE = 528, PIECES = 41;
+};
+template <>
+struct Fmt<2> { /* B584 */
+  static constexpr int NOPE = 448, TILE = 64, NT = 7, SREC = 592, ROPE = 448, PIECES = 36;
+};
+
+__device__ __forceinline__ uint32_t smem_u32(const void *p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+__device__ __forceinline__ void cp_async16(void *dst, const void *src, bool valid) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_u32(dst)), "l"(src),
+               "r"(valid ? 16 : 0));
+}
+__device__ __forceinline__ void cp_async8(void *dst, const void *src, bool valid) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;\n" ::"r"(smem_u32(dst)), "l"(src), "r"(valid ? 8 : 0));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
+/* two e4m3 (low byte first) -> f16x2 (low half = low byte), exact */
+__device__ __forceinline__ uint32_t e4m3x2_to_f16x2(uint32_t v16) {
+  uint32_t r;
+  asm("{\n .reg .b16 t;\n cvt.u16.u32 t, %1;\n cvt.rn.f16x2.e4m3x2 %0, t;\n}\n" : "=r"(r) : "r"(v16));
+  return r;
+}
+
+__device__ __forceinline__ void mma_f16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+__device__ __forceinline__ void mma_bf16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ uint32_t pack_f16(float lo, float hi) {
+  __half2 h = __floats2half2_rn(lo, hi);
+  return *reinterpret_cast<uint32_t *>(&h);
+}
+__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
+  uint32_t r;
+  asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
+  return r;
+}
+__device__ __forceinline__ float bf16_bits_to_f32(uint32_t b) { return __uint_as_float(b << 16); }
+__device__ __forceinline__ uint16_t f32_to_bf16_rne(float x) {
+  uint32_t r;
+  asm("{\n .reg .b16 t;\n cvt.rn.bf16.f32 t, %1;\n cvt.u32.u16 %0, t;\n}\n" : "=r"(r) : "f"(x));
+  return (uint16_t)r;
+}
+
+__device__ __forceinline__ float ue8m0_kv(uint32_t e) {
+  return e == 0 ? 0.f : (e == 255 ? __int_as_float(0x7fc00000) : __uint_as_float(e << 23));
+}
+
+/* Scale of tile `tile` of the staged record at `rec`. */
+template <int F>
+__device__ __forceinline__ float tile_scale(const uint8_t *rec, int tile) {
+  if (F == 1) return *reinterpret_cast<const float *>(rec + 512 + 4 * tile);
+  return ue8m0_kv(rec[576 + tile]);
+}
+
+__device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+  for (int o = 16; o; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+
+#define kNegInf (-INFINITY)
+
+/* Length of segment s's valid prefix in row t. */
+__device__ __forceinline__ int64_t seg_len(const Seg &sg, int64_t t) {
+  if (!sg.lens) return sg.width;
+  int64_t l = sg.lens[t];
+  return l < 0 ? 0 : (l > sg.width ? sg.width : l);
+}
+
+template <int F>
+__global__ void __launch_bounds__(kThreads) sparse_mla_kernel(const Params p) {
+  using C = Fmt<F>;
+  extern __shared__ __align__(16) uint8_t smem[];
+  uint8_t *kv = smem + DSK_MLA_OFF_KV;
+  __half *qn = reinterpret_cast<__half *>(smem + DSK_MLA_OFF_QN(F));
+  uint16_t *qr = reinterpret_cast<uint16_t *>(smem + DSK_MLA_OFF_QR(F));
+  float *P = reinterpret_cast<float *>(smem + DSK_MLA_OFF_P(F));
+  float *red_max = reinterpret_cast<float *>(smem + DSK_MLA_OFF_RED(F));
+  float *red_sum = red_max + DSK_MLA_WARPS * kHeads;
+  float *qscale = red_sum + DSK_MLA_WARPS * kHeads;
+  int32_t *valid = reinterpret_cast<int32_t *>(smem + DSK_MLA_OFF_VALID(F));
+
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, q4 = lane & 3;
+  const int hg = (int)(blockIdx.x % (unsigned)p.nhg);
+  const int64_t t = blockIdx.x / (unsigned)p.nhg;
+  const int split = blockIdx.y;
+  const int h0 = hg * kHeads;
+  const bool counting = p.counters && hg == 0;
+
+  /* Valid prefix per segment and this split's active stages. */
+  int64_t L0 = seg_len(p.seg[0], t), L1 = p.nseg > 1 ? seg_len(p.seg[1], t) : 0;
+  if (counting && split == 0 && tid == 0) {
+    unsigned long long clamped = 0;
+    for (int s = 0; s < p.nseg; s++)
+      if (p.seg[s].lens) {
+        int64_t l = p.seg[s].lens[t];
+        clamped += (l < 0 || l > p.seg[s].width);
+      }
+    if (clamped) atomicAdd(&p.counters[1], clamped);
+  }
+  const int c0 = split * p.cpb, c1 = min(c0 + p.cpb, p.nch);
+  /* segment 0: stages [b0, e0), segment 1: stages [b1, e1) (stage = 32 candidates) */
+  const int64_t b0 = 2 * (int64_t)c0, e0 = min((int64_t)2 * min(c1, p.nch0), (L0 + kSub - 1) / kSub);
+  const int64_t b1 = 2 * (int64_t)max(c0 - p.nch0, 0), e1 = min((int64_t)2 * max(c1 - p.nch0, 0), (L1 + kSub - 1) / kSub);
+  const int n0 = (int)max(e0 - b0, (int64_t)0), n1 = (int)max(e1 - b1, (int64_t)0), n = n0 + n1;
+
+  /* ---- Q: 16 heads -> f16 nope (pre-scaled by 2^-shift) + bf16 rope */
+  for (int r = warp * 4; r < warp * 4 + 4; r++) {
+    const int h = h0 + r;
+    const bool live = h < p.H;
+    const uint16_t *qrow = p.q + t * p.q_st + (int64_t)(live ? h : 0) * p.q_sh;
+    float mx = 0.f;
+    if (live)
+      for (int d = lane * 8; d < C::NOPE; d += 256) {
+        uint4 v = *reinterpret_cast<const uint4 *>(qrow + d);
+        const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+        for (int i = 0; i < 4; i++)
+          mx = fmaxf(mx, fmaxf(fabsf(bf16_bits_to_f32(w[i] & 0xffff)), fabsf(bf16_bits_to_f32(w[i] >> 16))));
+      }
+    mx = warp_max(mx);
+    int e = (int)((__float_as_uint(mx) >> 23) & 0xff) - 127;
+    int shift = e - 14 > 0 ? e - 14 : 0;
+    if (shift > 125) shift = 125;
+    const float inv = __uint_as_float((uint32_t)(127 - shift) << 23);
+    if (lane == 0) qscale[r] = __uint_as_float((uint32_t)(127 + shift) << 23);
+    for (int d = lane * 8; d < C::NOPE; d += 256) {
+      uint4 v = live ? *reinterpret_cast<const uint4 *>(qrow + d) : make_uint4(0, 0, 0, 0);
+      const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+      uint32_t o[4];
+#pragma unroll
+      for (int i = 0; i < 4; i++)
+        o[i] = pack_f16(bf16_bits_to_f32(w[i] & 0xffff) * inv, bf16_bits_to_f32(w[i] >> 16) * inv);
+      *reinterpret_cast<uint4 *>(qn + r * DSK_MLA_QN_STRIDE(F) + d) = make_uint4(o[0], o[1], o[2], o[3]);
+    }
+    if (lane < 8) {
+      uint4 v = live ? *reinterpret_cast<const uint4 *>(qrow + C::NOPE + lane * 8) : make_uint4(0, 0, 0, 0);
+      *reinterpret_cast<uint4 *>(qr + r * DSK_MLA_QR_STRIDE + lane * 8) = v;
+    }
+  }
+
+  /* ---- stage issue: thread (c = tid/4, part = tid%4) copies record c */
+  auto issue = [&](int i) {
+    const int st = i & 1;
+    const bool s1 = i >= n0; /* fields picked by value: no dynamic indexing of the parameters */
+    const int64_t k0 = (s1 ? b1 + (i - n0) : b0 + i) * kSub;
+    const int64_t L = s1 ? L1 : L0;
+    const uint8_t *sbase = s1 ? p.seg[1].base : p.seg[0].base;
+    const int64_t pbs = s1 ? p.seg[1].pbs : p.seg[0].pbs;
+    const int c = tid >> 2, part = tid & 3;
+    const int64_t k = k0 + c;
+    bool ok = false;
+    const uint8_t *src = sbase, *foot = sbase;
+    if (k < L) {
+      const int32_t *slots = s1 ? p.seg[1].slots : p.seg[0].slots;
+      const int64_t sst = s1 ? p.seg[1].slots_st : p.seg[0].slots_st;
+      const int64_t cap = s1 ? p.seg[1].cap : p.seg[0].cap;
+      const int32_t slot = slots[t * sst + k];
+      ok = slot >= 0 && (int64_t)slot < cap;
+      if (!ok && slot >= 0 && counting && part == 0) atomicAdd(&p.counters[0], 1ull);
+      if (ok) {
+        const int64_t pst = s1 ? p.seg[1].page_stride : p.seg[0].page_stride;
+        const int64_t pg = slot / pbs, j = slot % pbs;
+        const uint8_t *page = sbase + pg * pst;
+        if (F == 1) {
+          src = page + 656 * j;
+        } else {
+          src = page + 576 * j;
+          foot = page + 576 * pbs + 8 * j;
+        }
+      }
+    }
+    uint8_t *dst = kv + (st * kSub + c) * C::SREC;
+    for (int pc = part; pc < C::PIECES; pc += 4) cp_async16(dst + pc * 16, src + pc * 16, ok);
+    if (F == 2 && part == 0) cp_async8(dst + 576, foot, ok);
+    if (part == 0) valid[st * kSub + c] = ok;
+  };
+
+  /* ---- running state */
+  float m2[2] = {kNegInf, kNegInf}; /* rows g, g+8; log2 domain */
+  float lsum[2] = {0.f, 0.f};       /* this thread's columns only */
+  float acc[2][8][4];
+  float R[2] = {0.f, 0.f};
+#pragma unroll
+  for (int hh = 0; hh < 2; hh++)
+#pragma unroll
+    for (int j = 0; j < 8; j++)
+#pragma unroll
+      for (int i = 0; i < 4; i++) acc[hh][j][i] = 0.f;
+
+  if (n > 0) issue(0);
+  cp_async_commit();
+  __syncthreads(); /* Q staged */
+
+  const float qs0 = qscale[g], qs1 = qscale[g + 8];
+
+  for (int i = 0; i < n; i++) {
+    const int st = i & 1;
+    if (i + 1 < n) issue(i + 1);
+    cp_async_commit();
+    cp_async_wait<1>();
+    __syncthreads();
+    const uint8_t *kb = kv + st * kSub * C::SREC;
+
+    /* ---- QK for candidates 8*warp .. 8*warp+7 */
+    float sc[4] = {0.f, 0.f, 0.f, 0.f};
+    {
+      const uint8_t *recn = kb + (warp * 8 + g) * C::SREC; /* B operand column n = g */
+      const uint8_t *rec0 = kb + (warp * 8 + 2 * q4) * C::SREC, *rec1 = rec0 + C::SREC;
+#pragma unroll 1
+      for (int tt = 0; tt < C::NT; tt++) {
+        float ta[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+        for (int ks = 0; ks < C::TILE / 16; ks++) {
+          const int d0 = tt * C::TILE + ks * 16;
+          const uint2 qa = *reinterpret_cast<const uint2 *>(qn + g * DSK_MLA_QN_STRIDE(F) + d0 + 4 * q4);
+          const uint2 qb = *reinterpret_cast<const uint2 *>(qn + (g + 8) * DSK_MLA_QN_STRIDE(F) + d0 + 4 * q4);
+          const uint32_t a[4] = {qa.x, qb.x, qa.y, qb.y};
+          const uint32_t kw = *reinterpret_cast<const uint32_t *>(recn + d0 + 4 * q4);
+          mma_f16(ta, a, e4m3x2_to_f16x2(kw & 0xffff), e4m3x2_to_f16x2(kw >> 16));
+        }
+        const float s0 = tile_scale<F>(rec0, tt), s1 = tile_scale<F>(rec1, tt);
+        sc[0] += ta[0] * s0;
+        sc[1] += ta[1] * s1;
+        sc[2] += ta[2] * s0;
+        sc[3] += ta[3] * s1;
+      }
+      float ra[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+      for (int ks = 0; ks < 4; ks++) {
+        const int d0 = ks * 16 + 2 * q4;
+        const uint32_t a[4] = {*reinterpret_cast<const uint32_t *>(qr + g * DSK_MLA_QR_STRIDE + d0),
+                               *reinterpret_cast<const uint32_t *>(qr + (g + 8) * DSK_MLA_QR_STRIDE + d0),
+                               *reinterpret_cast<const uint32_t *>(qr + g * DSK_MLA_QR_STRIDE + d0 + 8),
+                               *reinterpret_cast<const uint32_t *>(qr + (g + 8) * DSK_MLA_QR_STRIDE + d0 + 8)};
+        const uint16_t *rope = reinterpret_cast<const uint16_t *>(recn + C::ROPE);
+        mma_bf16(ra, a, *reinterpret_cast<const uint32_t *>(rope + d0),
+                 *reinterpret_cast<const uint32_t *>(rope + d0 + 8));
+      }
+      const bool v0 = valid[st * kSub + warp * 8 + 2 * q4] != 0;
+      const bool v1 = valid[st * kSub + warp * 8 + 2 * q4 + 1] != 0;
+      sc[0] = v0 ? (sc[0] * qs0 + ra[0]) * p.scale_log2 : kNegInf;
+      sc[1] = v1 ? (sc[1] * qs0 + ra[1]) * p.scale_log2 : kNegInf;
+      sc[2] = v0 ? (sc[2] * qs1 + ra[2]) * p.scale_log2 : kNegInf;
+      sc[3] = v1 ? (sc[3] * qs1 + ra[3]) * p.scale_log2 : kNegInf;
+    }
+
+    /* ---- online softmax across the 4 warps */
+    float mx0 = fmaxf(sc[0], sc[1]), mx1 = fmaxf(sc[2], sc[3]);
+#pragma unroll
+    for (int o = 1; o <= 2; o <<= 1) {
+      mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, o));
+      mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, o));
+    }
+    if (q4 == 0) {
+      red_max[warp * kHeads + g] = mx0;
+      red_max[warp * kHeads + g + 8] = mx1;
+    }
+    __syncthreads();
+    float cm0 = red_max[g], cm1 = red_max[g + 8];
+#pragma unroll
+    for (int w = 1; w < DSK_MLA_WARPS; w++) {
+      cm0 = fmaxf(cm0, red_max[w * kHeads + g]);
+      cm1 = fmaxf(cm1, red_max[w * kHeads + g + 8]);
+    }
+    const float mn0 = fmaxf(m2[0], cm0), mn1 = fmaxf(m2[1], cm1);
+    const float al0 = mn0 == kNegInf ? 1.f : exp2f(m2[0] - mn0);
+    const float al1 = mn1 == kNegInf ? 1.f : exp2f(m2[1] - mn1);
+    m2[0] = mn0;
+    m2[1] = mn1;
+    const float p0 = sc[0] == kNegInf ? 0.f : exp2f(sc[0] - mn0);
+    const float p1 = sc[1] == kNegInf ? 0.f : exp2f(sc[1] - mn0);
+    const float p2 = sc[2] == kNegInf ? 0.f : exp2f(sc[2] - mn1);
+    const float p3 = sc[3] == kNegInf ? 0.f : exp2f(sc[3] - mn1);
+    lsum[0] = lsum[0] * al0 + p0 + p1;
+    lsum[1] = lsum[1] * al1 + p2 + p3;
+    *reinterpret_cast<float2 *>(P + g * DSK_MLA_P_STRIDE + warp * 8 + 2 * q4) = make_float2(p0, p1);
+    *reinterpret_cast<float2 *>(P + (g + 8) * DSK_MLA_P_STRIDE + warp * 8 + 2 * q4) = make_float2(p2, p3);
+    __syncthreads();
+
+    /* ---- PV: this warp's two 64-dim halves */
+#pragma unroll
+    for (int hh = 0; hh < 2; hh++) {
+      const int db = warp * 128 + hh * 64; /* first output dim of the half */
+      const bool rope_half = F == 2 && db >= 448;
+      const int tile = F == 1 ? warp : (db / 64);
+      float f0 = al0, f1 = al1, inv = 1.f;
+      if (!rope_half) {
+        const float s_lane = tile_scale<F>(kb + lane * C::SREC, tile); /* candidate `lane` */
+        const float rnew = fmaxf(R[hh], warp_max(s_lane));
+        const float keep = rnew > 0.f ? R[hh] / rnew : 0.f;
+        inv = rnew > 0.f ? 1.f / rnew : 0.f;
+        R[hh] = rnew;
+        f0 *= keep;
+        f1 *= keep;
+      }
+#pragma unroll
+      for (int j = 0; j < 8; j++) {
+        acc[hh][j][0] *= f0;
+        acc[hh][j][1] *= f0;
+        acc[hh][j][2] *= f1;
+        acc[hh][j][3] *= f1;
+      }
+#pragma unroll
+      for (int ks = 0; ks < 2; ks++) {
+        const int ca = ks * 16 + 2 * q4; /* candidates ca, ca+1 (b0) and ca+8, ca+9 (b1) */
+        const float2 pa0 = *reinterpret_cast<const float2 *>(P + g * DSK_MLA_P_STRIDE + ca);
+        const float2 pa1 = *reinterpret_cast<const float2 *>(P + (g + 8) * DSK_MLA_P_STRIDE + ca);
+        const float2 pa2 = *reinterpret_cast<const float2 *>(P + g * DSK_MLA_P_STRIDE + ca + 8);
+        const float2 pa3 = *reinterpret_cast<const float2 *>(P + (g + 8) * DSK_MLA_P_STRIDE + ca + 8);
+        const uint8_t *r0 = kb + ca * C::SREC, *r1 = r0 + C::SREC, *r2 = r0 + 8 * C::SREC, *r3 = r2 + C::SREC;
+        if (rope_half) {
+          const uint32_t a[4] = {pack_bf16(pa0.x, pa0.y), pack_bf16(pa1.x, pa1.y), pack_bf16(pa2.x, pa2.y),
+                                 pack_bf16(pa3.x, pa3.y)};
+          const int off = C::ROPE + 2 * (db - 448 + 8 * g);
+          const uint4 v0 = *reinterpret_cast<const uint4 *>(r0 + off), v1 = *reinterpret_cast<const uint4 *>(r1 + off);
+          const uint4 v2 = *reinterpret_cast<const uint4 *>(r2 + off), v3 = *reinterpret_cast<const uint4 *>(r3 + off);
+          const uint32_t w0[4] = {v0.x, v0.y, v0.z, v0.w}, w1[4] = {v1.x, v1.y, v1.z, v1.w};
+          const uint32_t w2[4] = {v2.x, v2.y, v2.z, v2.w}, w3[4] = {v3.x, v3.y, v3.z, v3.w};
+#pragma unroll
+          for (int j = 0; j < 8; j++) {
+            const uint32_t sel = (j & 1) ? 0x7632u : 0x5410u; /* high or low bf16 of each word */
+            const uint32_t b0 = __byte_perm(w0[j >> 1], w1[j >> 1], sel);
+            const uint32_t b1 = __byte_perm(w2[j >> 1], w3[j >> 1], sel);
+            mma_bf16(acc[hh][j], a, b0, b1);
+          }
+        } else {
+          const float s0 = tile_scale<F>(r0, tile) * inv, s1 = tile_scale<F>(r1, tile) * inv;
+          const float s2 = tile_scale<F>(r2, tile) * inv, s3 = tile_scale<F>(r3, tile) * inv;
+          const uint32_t a[4] = {pack_f16(pa0.x * s0, pa0.y * s1), pack_f16(pa1.x * s0, pa1.y * s1),
+                                 pack_f16(pa2.x * s2, pa2.y * s3), pack_f16(pa3.x * s2, pa3.y * s3)};
+          const int off = db + 8 * g;
+          const uint2 v0 = *reinterpret_cast<const uint2 *>(r0 + off), v1 = *reinterpret_cast<const uint2 *>(r1 + off);
+          const uint2 v2 = *reinterpret_cast<const uint2 *>(r2 + off), v3 = *reinterpret_cast<const uint2 *>(r3 + off);
+#pragma unroll
+          for (int j = 0; j < 8; j++) {
+            const uint32_t x0 = j < 4 ? v0.x : v0.y, x1 = j < 4 ? v1.x : v1.y;
+            const uint32_t x2 = j < 4 ? v2.x : v2.y, x3 = j < 4 ? v3.x : v3.y;
+            const uint32_t sel = (uint32_t)(j & 3) | ((uint32_t)((j & 3) + 4) << 4);
+            mma_f16(acc[hh][j], a, e4m3x2_to_f16x2(__byte_perm(x0, x1, sel)),
+                    e4m3x2_to_f16x2(__byte_perm(x2, x3, sel)));
+          }
+        }
+      }
+    }
+    __syncthreads(); /* stage st, P and red_max are reused */
+  }
+  cp_async_wait<0>();
+
+  /* ---- finish: total row sums, then output or partials */
+  float ls0 = lsum[0], ls1 = lsum[1];
+#pragma unroll
+  for (int o = 1; o <= 2; o <<= 1) {
+    ls0 += __shfl_xor_sync(0xffffffffu, ls0, o);
+    ls1 += __shfl_xor_sync(0xffffffffu, ls1, o);
+  }
+  if (q4 == 0) {
+    red_sum[warp * kHeads + g] = ls0;
+    red_sum[warp * kHeads + g + 8] = ls1;
+  }
+  __syncthreads();
+  float l[2] = {0.f, 0.f};
+#pragma unroll
+  for (int w = 0; w < DSK_MLA_WARPS; w++) {
+    l[0] += red_sum[w * kHeads + g];
+    l[1] += red_sum[w * kHeads + g + 8];
+  }
+#pragma unroll
+  for (int rr = 0; rr < 2; rr++) {
+    const int h = h0 + g + 8 * rr;
+    if (h >= p.H) continue;
+    const bool empty = !(l[rr] > 0.f);
+    const float lse = empty ? kNegInf : (m2[rr] + log2f(l[rr])) * 0.69314718055994531f;
+    if (p.splits == 1) {
+      float fac = 0.f;
+      if (!empty) {
+        fac = 1.f / l[rr];
+        if (p.sink) fac *= 1.f / (1.f + expf(p.sink[h] - lse)); /* sigmoid(lse - sink) */
+      }
+      uint16_t *orow = p.out + t * p.out_st + (int64_t)h * p.out_sh;
+#pragma unroll
+      for (int hh = 0; hh < 2; hh++) {
+        const float f = fac * (F == 2 && warp == 3 && hh == 1 ? 1.f : R[hh]);
+#pragma unroll
+        for (int c = 0; c < 2; c++) {
+          uint32_t w[4];
+#pragma unroll
+          for (int j = 0; j < 8; j += 2) {
+            const float x0 = empty ? 0.f : acc[hh][j][2 * rr + c] * f;
+            const float x1 = empty ? 0.f : acc[hh][j + 1][2 * rr + c] * f;
+            w[j / 2] = (uint32_t)f32_to_bf16_rne(x0) | ((uint32_t)f32_to_bf16_rne(x1) << 16);
+          }
+          const int dim = warp * 128 + hh * 64 + 8 * (2 * q4 + c);
+          *reinterpret_cast<uint4 *>(orow + dim) = make_uint4(w[0], w[1], w[2], w[3]);
+        }
+      }
+      if (p.lse && q4 == 0 && warp == 0) p.lse[t * p.lse_st + (int64_t)h * p.lse_sh] = lse;
+    } else {
+      const int64_t part = (t * p.H + h) * p.splits + split;
+      float *po = p.part_o + part * 512;
+      const float inv_l = empty ? 0.f : 1.f / l[rr];
+#pragma unroll
+      for (int hh = 0; hh < 2; hh++) {
+        const float f = inv_l * (F == 2 && warp == 3 && hh == 1 ? 1.f : R[hh]);
+#pragma unroll
+        for (int c = 0; c < 2; c++) {
+          float x[8];
+#pragma unroll
+          for (int j = 0; j < 8; j++) x[j] = empty ? 0.f : acc[hh][j][2 * rr + c] * f;
+          const int dim = warp * 128 + hh * 64 + 8 * (2 * q4 + c);
+          *reinterpret_cast<float4 *>(po + dim) = make_float4(x[0], x[1], x[2], x[3]);
+          *reinterpret_cast<float4 *>(po + dim + 4) = make_float4(x[4], x[5], x[6], x[7]);
+        }
+      }
+      if (q4 == 0 && warp == 0) p.part_lse[part] = lse;
+    }
+  }
+}
+
+/* One block of 128 threads per (t, h): merge the splits, fold the sink. */
+__global__ void __launch_bounds__(128) sparse_mla_combine_kernel(const Params p) {
+  const int64_t t = blockIdx.x / (unsigned)p.H;
+  const int64_t h = blockIdx.x % (unsigned)p.H;
+  const int64_t base = (t * p.H + h) * p.splits;
+  const float *pl = p.part_lse + base;
+  float mx = kNegInf;
+  for (int j = 0; j < p.splits; j++) mx = fmaxf(mx, pl[j]);
+  uint16_t *orow = p.out + t * p.out_st + h * p.out_sh;
+  const int d = threadIdx.x * 4;
+  if (mx == kNegInf) {
+    *reinterpret_cast<uint2 *>(orow + d) = make_uint2(0, 0);
+    if (p.lse && threadIdx.x == 0) p.lse[t * p.lse_st + h * p.lse_sh] = kNegInf;
+    return;
+  }
+  float s = 0.f, o[4] = {0.f, 0.f, 0.f, 0.f};
+  for (int j = 0; j < p.splits; j++) {
+    const float lj = pl[j];
+    if (lj == kNegInf) continue;
+    const float w = expf(lj - mx);
+    s += w;
+    const float4 v = *reinterpret_cast<const float4 *>(p.part_o + (base + j) * 512 + d);
+    o[0] += w * v.x;
+    o[1] += w * v.y;
+    o[2] += w * v.z;
+    o[3] += w * v.w;
+  }
+  const float lse = mx + logf(s);
+  float fac = 1.f / s;
+  if (p.sink) fac *= 1.f / (1.f + expf(p.sink[h] - lse));
+  const uint32_t w0 = (uint32_t)f32_to_bf16_rne(o[0] * fac) | ((uint32_t)f32_to_bf16_rne(o[1] * fac) << 16);
+  const uint32_t w1 = (uint32_t)f32_to_bf16_rne(o[2] * fac) | ((uint32_t)f32_to_bf16_rne(o[3] * fac) << 16);
+  *reinterpret_cast<uint2 *>(orow + d) = make_uint2(w0, w1);
+  if (p.lse && threadIdx.x == 0) p.lse[t * p.lse_st + h * p.lse_sh] = lse;
+}
+
+int chunk_count(const dsk_sparse_mla_desc *d) {
+  int64_t c = (d->seg[0].width + DSK_MLA_CHUNK - 1) / DSK_MLA_CHUNK;
+  if (d->nseg > 1) c += (d->seg[1].width + DSK_MLA_CHUNK - 1) / DSK_MLA_CHUNK;
+  return (int)c;
+}
+
+int split_count(const dsk_sparse_mla_desc *d, const dsk_tactic *tc) {
+  const int ch = chunk_count(d);
+  int cpb = tc->v[0] > 0 ? tc->v[0] : 1;
+  if (cpb > ch) cpb = ch;
+  return (ch + cpb - 1) / cpb;
+}
+
+template <int F>
+dsk_status launch(dsk_ctx *ctx, const dsk_sparse_mla_desc *d, const dsk_tactic *tc, cudaStream_t s) {
+  Params p;
+  memset(&p, 0, sizeof p);
+  p.q = d->q;
+  p.q_st = d->q_stride_t;
+  p.q_sh = d->q_stride_h;
+  p.scale_log2 = d->sm_scale * 1.4426950408889634f;
+  p.T = d->T;
+  p.H = d->H;
+  p.nseg = d->nseg;
+  for (int i = 0; i < d->nseg; i++) {
+    const dsk_sparse_mla_segment &sg = d->seg[i];
+    p.seg[i].base = (const uint8_t *)sg.cache.base;
+    p.seg[i].pbs = sg.cache.pbs;
+    p.seg[i].page_stride = sg.cache.page_stride;
+    p.seg[i].cap = sg.cache.num_pages * sg.cache.pbs;
+    p.seg[i].slots = sg.slots;
+    p.seg[i].slots_st = sg.slots_stride_t;
+    p.seg[i].width = sg.width;
+    p.seg[i].lens = sg.lens;
+  }
+  p.sink = d->sink;
+  p.out = d->out;
+  p.out_st = d->out_stride_t;
+  p.out_sh = d->out_stride_h;
+  p.lse = d->lse;
+  p.lse_st = d->lse_stride_t;
+  p.lse_sh = d->lse_stride_h;
+  p.nch0 = (int)((d->seg[0].width + DSK_MLA_CHUNK - 1) / DSK_MLA_CHUNK);
+  p.nch = chunk_count(d);
+  p.cpb = tc->v[0] > p.nch ? p.nch : (tc->v[0] > 0 ? tc->v[0] : 1);
+  p.splits = (p.nch + p.cpb - 1) / p.cpb;
+  p.nhg = (int)((d->H + kHeads - 1) / kHeads);
+  p.counters = (unsigned long long *)d->counters;
+  if (p.splits > 1) {
+    p.part_o = (float *)d->workspace;
+    p.part_lse = p.part_o + d->T * d->H * p.splits * 512;
+  }
+  const int smem = DSK_MLA_SMEM_BYTES(F);
+  const dsk_cuda_state *st = dsk__cuda_state(ctx);
+  if (smem > st->smem_optin)
+    return dsk__fail(DSK_STATUS_UNSUPPORTED, "sparse_mla_decode: kernel needs %d B of shared memory, device allows %lld",
+                     smem, (long long)st->smem_optin);
+  DSK_CUDA_TRY("sparse_mla_decode",
+               cudaFuncSetAttribute(sparse_mla_kernel<F>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  const int64_t blocks_x = d->T * p.nhg;
+  if (blocks_x > 2147483647LL || p.splits > 65535)
+    return dsk__fail(DSK_STATUS_UNSUPPORTED, "sparse_mla_decode: grid %lld x %d is too large", (long long)blocks_x,
+                     p.splits);
+  sparse_mla_kernel<F><<<dim3((unsigned)blocks_x, (unsigned)p.splits), kThreads, smem, s>>>(p);
+  DSK_CUDA_LAUNCHED("sparse_mla_decode");
+  if (p.splits > 1) {
+    if (d->T * d->H > 2147483647LL) return dsk__fail(DSK_STATUS_UNSUPPORTED, "sparse_mla_decode: T*H too large");
+    sparse_mla_combine_kernel<<<(unsigned)(d->T * d->H), 128, 0, s>>>(p);
+    DSK_CUDA_LAUNCHED("sparse_mla_decode (combine)");
+  }
+  return DSK_STATUS_OK;
+}
+
+}  // namespace
+
+extern "C" int64_t dsk__cuda_sparse_mla_smem_bytes(dsk_kv_format f) {
+  if (f == DSK_KV_FORMAT_A656) return DSK_MLA_SMEM_BYTES(1);
+  if (f == DSK_KV_FORMAT_B584) return DSK_MLA_SMEM_BYTES(2);
+  return 0;
+}
+
+extern "C" int64_t dsk__cuda_sparse_mla_workspace(const dsk_ctx *ctx, const dsk_sparse_mla_desc *d,
+                                                  const dsk_tactic *t) {
+  (void)ctx;
+  const int splits = split_count(d, t);
+  if (splits <= 1) return 0;
+  return d->T * d->H * (int64_t)splits * (512 + 1) * 4;
+}
+
+extern "C" int dsk__cuda_sparse_mla_ctas_per_sm(const dsk_ctx *ctx, const dsk_sparse_mla_desc *d) {
+  const dsk_cuda_state *st = dsk__cuda_state(ctx);
+  const int64_t smem = dsk__cuda_sparse_mla_smem_bytes(d->format);
+  if (smem <= 0) return 1;
+  if (st->sm120_table) return 1; /* SM120: 128 KB of shared memory per SM, ~64 KB per CTA */
+  int n = 0;
+  cudaError_t e = d->format == DSK_KV_FORMAT_A656
+                      ? cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, sparse_mla_kernel<1>, kThreads, (size_t)smem)
+                      : cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, sparse_mla_kernel<2>, kThreads, (size_t)smem);
+  if (e != cudaSuccess) {
+    cudaGetLastError();
+    return 1;
+  }
+  return n > 0 ? n : 1;
+}
+
+extern "C" dsk_status dsk__cuda_sparse_mla_decode(dsk_ctx *ctx, const dsk_sparse_mla_desc *d, const dsk_tactic *t) {
+  if (d->T == 0) return DSK_STATUS_OK;
+  DSK_CUDA_TRY("sparse_mla_decode", cudaSetDevice(dsk__cuda_state(ctx)->device));
+  cudaStream_t s = dsk__cuda_stream(ctx, d->stream);
+  if (d->format == DSK_KV_FORMAT_A656) return launch<1>(ctx, d, t, s);
+  if (d->format == DSK_KV_FORMAT_B584) return launch<2>(ctx, d, t, s);
+  return dsk__fail(DSK_STATUS_INVALID_ARG, "sparse_mla_decode: unknown format %d", (int)d->format);
+}

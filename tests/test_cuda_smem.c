@@ -1,0 +1,31 @@
+/* test_cuda_smem.c - every configuration of the portable decode kernel fits
+ * SM120's opt-in shared memory (101,376 B), computed from the same
+ * constants the kernel uses; no GPU needed. */
+#include "backend/cuda/cuda_internal.h"
+#include "backend/cuda/sparse_mla_layout.h"
+#include "testutil.h"
+
+int main(void) {
+  tu_counts c = {0, 0};
+  const int fmts[2] = {1, 2};
+  for (int i = 0; i < 2; i++) {
+    const int f = fmts[i];
+    const long bytes = DSK_MLA_SMEM_BYTES(f);
+    TU_CHECK(&c, bytes <= DSK_SM120_SMEM_LIMIT, "format %d: %ld B > %d", f, bytes, DSK_SM120_SMEM_LIMIT);
+    /* every region starts 16-byte aligned (cp.async, 16-byte loads) */
+    TU_CHECK(&c, DSK_MLA_OFF_QN(f) % 16 == 0 && DSK_MLA_OFF_QR(f) % 16 == 0 && DSK_MLA_OFF_P(f) % 16 == 0 &&
+                     DSK_MLA_OFF_RED(f) % 16 == 0 && DSK_MLA_OFF_VALID(f) % 16 == 0,
+             "format %d: misaligned region", f);
+    TU_CHECK(&c, DSK_MLA_SREC(f) % 16 == 0, "format %d: record stride %d", f, DSK_MLA_SREC(f));
+    /* the staged record holds the whole cache record (A: 656; B: 576 data + 8 scale bytes) */
+    TU_CHECK(&c, DSK_MLA_SREC(f) >= (f == 1 ? 656 : 584), "format %d: record stride too small", f);
+    printf("format %s: %ld bytes of shared memory per CTA (limit %d)\n", f == 1 ? "A656" : "B584", bytes,
+           DSK_SM120_SMEM_LIMIT);
+  }
+#ifdef DSK_HAVE_CUDA
+  TU_CHECK(&c, dsk__cuda_sparse_mla_smem_bytes(DSK_KV_FORMAT_A656) == DSK_MLA_SMEM_BYTES(1), "A mismatch");
+  TU_CHECK(&c, dsk__cuda_sparse_mla_smem_bytes(DSK_KV_FORMAT_B584) == DSK_MLA_SMEM_BYTES(2), "B mismatch");
+  TU_CHECK(&c, dsk__cuda_sparse_mla_smem_bytes(DSK_KV_FORMAT_IDXK132) == 0, "indexer format has no decode kernel");
+#endif
+  return tu_finish("test_cuda_smem", &c);
+}
