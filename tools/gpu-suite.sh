@@ -1,0 +1,44 @@
+#!/bin/bash
+# GPU suite: build with CUDA, then the backend-vs-reference harness on the
+# GPU (both backend tables), compute-sanitizer, the demo and the decode
+# benchmark. Logs go to $OUT (or /tmp/dsk-gpu). Usage:
+#   tools/gpu-suite.sh [build|check|sanitize|demo|bench|all]...
+set -uo pipefail
+OUT=${OUT:-/tmp/dsk-gpu}
+mkdir -p "$OUT"
+B=${BUILD:-build-gpu}
+ARCHS=${DSK_GPU_ARCHS:-90-real}
+rc=0
+step() { echo "== $*"; }
+run() { # name, command...
+  local name=$1; shift
+  local t0=$(date +%s%N)
+  "$@" > "$OUT/$name.log" 2>&1
+  local r=$?
+  local t1=$(date +%s%N)
+  printf '%-28s rc=%d  %d ms\n' "$name" $r $(( (t1 - t0) / 1000000 )) | tee -a "$OUT/summary.txt"
+  tail -n 4 "$OUT/$name.log"
+  [ $r -ne 0 ] && rc=1
+  return $r
+}
+for what in "${@:-all}"; do
+  case $what in
+    build|all)
+      run cmake cmake -S . -B "$B" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES="$ARCHS" || exit 1
+      run build cmake --build "$B" -j "$(nproc)" || exit 1
+      "$B/dsk" info > "$OUT/info.log" 2>&1 ;;&
+    check|all)
+      run ctest_gpu env DSK_TEST_DEVICE=cuda:0 ctest --test-dir "$B" --output-on-failure -j 4
+      run check_sm90 "$B/dsk" check --device cuda:0
+      run check_sm120 env DSK_TEST_AS_SM120=1 "$B/dsk" check --device cuda:0 ;;&
+    sanitize|all)
+      run memcheck compute-sanitizer --tool memcheck --error-exitcode 9 "$B/dsk" check --device cuda:0 --quick
+      run racecheck compute-sanitizer --tool racecheck --error-exitcode 9 "$B/dsk" check --device cuda:0 --quick --only sparse_mla ;;&
+    demo|all)
+      run demo "$B/dsk" demo --device cuda:0 ;;&
+    bench|all)
+      run bench "$B/dsk" bench sparse-mla --device cuda:0 ;;&
+    *) ;;
+  esac
+done
+exit $rc
