@@ -1,0 +1,637 @@
+/* test_core.c - core services and the context: status names and sentences,
+ * the thread-local last error, device strings and backend selection
+ * (api-conventions.md §5, backends.md §3), DSK_* variables, logging, the
+ * once-per-process warnings, backend queries, memory services and
+ * dsk_op_supported. */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/core.h" /* dsk__warn_once, dsk__log (internal) */
+#include "testutil.h"
+
+static tu_counts counts;
+
+/* ------------------------------------------------------------ log capture */
+#define MAX_MSGS 64
+typedef struct log_rec {
+  int n;
+  int level[MAX_MSGS];
+  char msg[MAX_MSGS][256];
+} log_rec;
+
+static void capture(int level, const char *msg, void *user) {
+  log_rec *r = (log_rec *)user;
+  if (r->n < MAX_MSGS) {
+    r->level[r->n] = level;
+    snprintf(r->msg[r->n], sizeof r->msg[0], "%s", msg);
+  }
+  r->n++;
+}
+
+/* number of captured messages at `level` containing `needle` (NULL: any) */
+static int count_msgs(const log_rec *r, int level, const char *needle) {
+  int k = 0;
+  for (int i = 0; i < r->n && i < MAX_MSGS; i++)
+    if (r->level[i] == level && (!needle || strstr(r->msg[i], needle))) k++;
+  return k;
+}
+
+/* ------------------------------------------------------------- helpers */
+static dsk_status make(dsk_ctx **ctx, const char *device, const char *backend, int log_level) {
+  dsk_ctx_opts o;
+  dsk_ctx_opts_init(&o);
+  o.device = device;
+  o.backend = backend;
+  o.log_level = log_level;
+  return dsk_ctx_create(ctx, &o);
+}
+
+static int info_of(const dsk_ctx *ctx, dsk_ctx_info *info) {
+  memset(info, 0, sizeof *info);
+  info->struct_size = sizeof *info;
+  return dsk_ctx_get_info(ctx, info) == DSK_STATUS_OK;
+}
+
+/* Is any CUDA backend of this build usable on cuda:0? */
+static int cuda_usable(void) {
+  for (int i = 0; i < dsk_backend_count(); i++) {
+    dsk_backend_info bi;
+    memset(&bi, 0, sizeof bi);
+    bi.struct_size = sizeof bi;
+    int avail = 0;
+    char reason[256];
+    if (dsk_backend_query(dsk_backend_name(i), "cuda:0", &bi, &avail, reason, sizeof reason) == DSK_STATUS_OK &&
+        bi.is_cuda && avail)
+      return 1;
+  }
+  return 0;
+}
+
+/* ---------------------------------------------------------------- tests */
+static void test_version(void) {
+  TU_CHECK(&counts, strcmp(dsk_version(), DSK_VERSION_STRING) == 0, "version %s", dsk_version());
+  char expect[32];
+  snprintf(expect, sizeof expect, "%d.%d.%d", DSK_VERSION_MAJOR, DSK_VERSION_MINOR, DSK_VERSION_PATCH);
+  TU_CHECK(&counts, strcmp(DSK_VERSION_STRING, expect) == 0, "%s vs %s", DSK_VERSION_STRING, expect);
+  TU_CHECK(&counts, dsk_build_info() && strlen(dsk_build_info()) > 0, "empty build info");
+  TU_CHECK(&counts, strcmp(dsk_op_name(DSK_OP_KV_WRITE), "kv_write") == 0, "kv_write");
+  TU_CHECK(&counts, strcmp(dsk_op_name(DSK_OP_KV_READ), "kv_read") == 0, "kv_read");
+  TU_CHECK(&counts, strcmp(dsk_op_name(DSK_OP_SLOT_LIST), "slot_list") == 0, "slot_list");
+  TU_CHECK(&counts, strcmp(dsk_op_name(DSK_OP_SPARSE_MLA_DECODE), "sparse_mla_decode") == 0, "sparse");
+  TU_CHECK(&counts, dsk_op_name((dsk_op)0) == NULL && dsk_op_name((dsk_op)99) == NULL, "unknown op names");
+}
+
+static void test_status(void) {
+  struct { int value; const char *name, *text; } list[] = {
+#define ROW_(name, value, text) {value, "DSK_STATUS_" #name, text},
+      DSK_STATUS_MAP(ROW_)
+#undef ROW_
+  };
+  int n = (int)(sizeof list / sizeof list[0]);
+  TU_CHECK(&counts, n == 11, "the X-macro has %d codes, api-conventions.md §4 lists 11", n);
+  for (int i = 0; i < n; i++) {
+    dsk_status s = (dsk_status)list[i].value;
+    TU_CHECK(&counts, strcmp(dsk_status_name(s), list[i].name) == 0, "%d: %s vs %s", list[i].value,
+             dsk_status_name(s), list[i].name);
+    TU_CHECK(&counts, strcmp(dsk_status_str(s), list[i].text) == 0, "%d: '%s'", list[i].value, dsk_status_str(s));
+    TU_CHECK(&counts, strlen(list[i].text) > 5, "%s has no sentence", list[i].name);
+    TU_CHECK(&counts, list[i].value == -i, "%s = %d, expected %d (codes are 0, -1, ... in order)", list[i].name,
+             list[i].value, -i);
+    for (int j = 0; j < i; j++)
+      TU_CHECK(&counts, list[j].value != list[i].value, "duplicate value %d", list[i].value);
+  }
+  TU_CHECK(&counts, DSK_STATUS_OK == 0, "OK is 0");
+  TU_CHECK(&counts, DSK_STATUS_MIN_ == list[n - 1].value, "DSK_STATUS_MIN_ %d", (int)DSK_STATUS_MIN_);
+  int unknown[] = {1, 7, -11, -1000};
+  for (size_t i = 0; i < sizeof unknown / sizeof unknown[0]; i++) {
+    TU_CHECK(&counts, strcmp(dsk_status_name((dsk_status)unknown[i]), "DSK_STATUS_UNKNOWN") == 0, "%d -> %s",
+             unknown[i], dsk_status_name((dsk_status)unknown[i]));
+    TU_CHECK(&counts, dsk_status_str((dsk_status)unknown[i]) && dsk_status_str((dsk_status)unknown[i])[0],
+             "no text for %d", unknown[i]);
+  }
+}
+
+static void *thread_last_error(void *arg) {
+  const char **out = (const char **)arg;
+  /* A fresh thread sees no error; setting one here must not leak out. */
+  out[0] = dsk_last_error()[0] ? "non-empty" : "";
+  dsk_ctx *ctx = NULL;
+  dsk_ctx_opts o;
+  memset(&o, 0, sizeof o); /* struct_size 0 -> INVALID_ARG */
+  dsk_ctx_create(&ctx, &o);
+  out[1] = dsk_last_error()[0] ? "set" : "";
+  return NULL;
+}
+
+static void test_last_error(void) {
+  dsk_clear_error();
+  TU_CHECK(&counts, strcmp(dsk_last_error(), "") == 0, "'%s' after clear", dsk_last_error());
+  dsk_status st = dsk_ctx_create(NULL, NULL);
+  TU_CHECK(&counts, st == DSK_STATUS_INVALID_ARG, "ctx NULL -> %s", dsk_status_name(st));
+  TU_CHECK(&counts, strstr(dsk_last_error(), "ctx") != NULL, "error text '%s'", dsk_last_error());
+  char saved[1024];
+  snprintf(saved, sizeof saved, "%s", dsk_last_error());
+
+  const char *res[2] = {"unset", "unset"};
+  pthread_t th;
+  if (pthread_create(&th, NULL, thread_last_error, (void *)res) == 0) {
+    pthread_join(th, NULL);
+    TU_CHECK(&counts, strcmp(res[0], "") == 0, "a new thread sees an error: thread-local text expected");
+    TU_CHECK(&counts, strcmp(res[1], "set") == 0, "the error was not set in the thread");
+    TU_CHECK(&counts, strcmp(dsk_last_error(), saved) == 0, "the thread's error leaked: '%s'", dsk_last_error());
+  } else {
+    TU_CHECK(&counts, 0, "pthread_create failed");
+  }
+  dsk_clear_error();
+  TU_CHECK(&counts, dsk_last_error()[0] == 0, "not cleared");
+}
+
+static void test_ctx_create(void) {
+  dsk_ctx *ctx = NULL;
+  dsk_ctx_info info;
+  int have_cuda = cuda_usable();
+
+  /* cpu */
+  TU_CHECK_OK(&counts, make(&ctx, "cpu", NULL, -1));
+  TU_CHECK(&counts, ctx != NULL, "no context");
+  if (ctx) {
+    TU_CHECK(&counts, info_of(ctx, &info), "get_info: %s", dsk_last_error());
+    TU_CHECK(&counts, !info.is_cuda && info.device_index == -1, "cpu ctx: is_cuda %d device %d", info.is_cuda,
+             info.device_index);
+    TU_CHECK(&counts, info.backend[0] && info.reason[0], "empty backend/reason");
+    TU_CHECK(&counts, info.num_threads >= 1, "num_threads %d", info.num_threads);
+    dsk_ctx_destroy(ctx);
+    ctx = NULL;
+  }
+  /* opts NULL = all defaults (device auto) */
+  TU_CHECK_OK(&counts, dsk_ctx_create(&ctx, NULL));
+  dsk_ctx_destroy(ctx);
+  ctx = NULL;
+  dsk_ctx_destroy(NULL); /* no-op */
+
+  /* auto: a CUDA backend when one serves cuda:0, else the CPU */
+  TU_CHECK_OK(&counts, make(&ctx, "auto", NULL, -1));
+  if (ctx) {
+    info_of(ctx, &info);
+    if (have_cuda)
+      TU_CHECK(&counts, info.is_cuda && info.device_index == 0, "auto chose %s on a machine with a GPU", info.backend);
+    else
+      TU_CHECK(&counts, !info.is_cuda && info.device_index == -1, "auto chose %s without a GPU", info.backend);
+    TU_CHECK(&counts, strstr(info.reason, "auto") != NULL, "auto reason '%s'", info.reason);
+    dsk_ctx_destroy(ctx);
+    ctx = NULL;
+  }
+
+  /* cuda:0 without a usable CUDA backend: no silent CPU fallback */
+  dsk_status st = make(&ctx, "cuda:0", NULL, -1);
+  if (!have_cuda) {
+    TU_CHECK(&counts, st == DSK_STATUS_BACKEND_UNAVAILABLE, "cuda:0 -> %s", dsk_status_name(st));
+    TU_CHECK(&counts, ctx == NULL, "ctx set on failure");
+    TU_CHECK(&counts, strstr(dsk_last_error(), "cuda:0") != NULL && strlen(dsk_last_error()) > 20,
+             "no reason: '%s'", dsk_last_error());
+  } else {
+    TU_CHECK(&counts, st == DSK_STATUS_OK, "cuda:0 -> %s: %s", dsk_status_name(st), dsk_last_error());
+  }
+  dsk_ctx_destroy(ctx);
+  ctx = NULL;
+  /* a device number that cannot exist */
+  st = make(&ctx, "cuda:1000", NULL, -1);
+  TU_CHECK(&counts, st == DSK_STATUS_BACKEND_UNAVAILABLE || st == DSK_STATUS_INVALID_ARG, "cuda:1000 -> %s",
+           dsk_status_name(st));
+  TU_CHECK(&counts, ctx == NULL, "ctx set on failure");
+
+  /* forced unknown backend: BACKEND_UNAVAILABLE listing the valid names */
+  ctx = (dsk_ctx *)&counts; /* must be reset to NULL on failure */
+  st = make(&ctx, "auto", "no-such-backend", -1);
+  TU_CHECK(&counts, st == DSK_STATUS_BACKEND_UNAVAILABLE, "unknown backend -> %s", dsk_status_name(st));
+  TU_CHECK(&counts, ctx == NULL, "ctx not reset to NULL on failure");
+  TU_CHECK(&counts, strstr(dsk_last_error(), "no-such-backend") && strstr(dsk_last_error(), "cpu-ref"),
+           "message does not name the backend and the valid names: '%s'", dsk_last_error());
+  for (int i = 0; i < dsk_backend_count(); i++)
+    TU_CHECK(&counts, strstr(dsk_last_error(), dsk_backend_name(i)) != NULL, "'%s' not listed in '%s'",
+             dsk_backend_name(i), dsk_last_error());
+
+  /* forced cpu-ref on a CUDA device: INVALID_ARG */
+  st = make(&ctx, "cuda:0", "cpu-ref", -1);
+  TU_CHECK(&counts, st == DSK_STATUS_INVALID_ARG, "cpu-ref on cuda:0 -> %s", dsk_status_name(st));
+  TU_CHECK(&counts, strstr(dsk_last_error(), "cpu-ref") != NULL, "'%s'", dsk_last_error());
+  /* forced cpu-ref with auto / cpu: fine */
+  TU_CHECK_OK(&counts, make(&ctx, "auto", "cpu-ref", -1));
+  if (ctx) {
+    info_of(ctx, &info);
+    TU_CHECK(&counts, strcmp(info.backend, "cpu-ref") == 0 && !info.is_cuda, "forced: %s", info.backend);
+    TU_CHECK(&counts, strstr(info.reason, "forced") != NULL, "reason '%s'", info.reason);
+    dsk_ctx_destroy(ctx);
+    ctx = NULL;
+  }
+  TU_CHECK_OK(&counts, make(&ctx, "cpu", "cpu-ref", -1));
+  dsk_ctx_destroy(ctx);
+  ctx = NULL;
+
+  /* bad device strings */
+  const char *bad[] = {"", "gpu", "CPU", "cuda:", "cuda:x", "cuda:-1", "cuda:0x", "cuda:1 ", " cpu", "cpu0", "auto2"};
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    st = make(&ctx, bad[i], NULL, -1);
+    TU_CHECK(&counts, st == DSK_STATUS_INVALID_ARG, "device '%s' -> %s", bad[i], dsk_status_name(st));
+    TU_CHECK(&counts, ctx == NULL && dsk_last_error()[0], "device '%s': ctx or message", bad[i]);
+  }
+
+  /* opts: struct_size too small, bad values */
+  dsk_ctx_opts o;
+  dsk_ctx_opts_init(&o);
+  TU_CHECK(&counts, o.struct_size == sizeof o && o.log_level == -1 && o.num_threads == 0 && o.backend == NULL,
+           "opts_init defaults");
+  dsk_ctx_opts_init(NULL); /* no crash */
+  o.struct_size = sizeof o - 1;
+  st = dsk_ctx_create(&ctx, &o);
+  TU_CHECK(&counts, st == DSK_STATUS_INVALID_ARG && strstr(dsk_last_error(), "struct_size"), "%s: '%s'",
+           dsk_status_name(st), dsk_last_error());
+  o.struct_size = 0;
+  st = dsk_ctx_create(&ctx, &o);
+  TU_CHECK(&counts, st == DSK_STATUS_INVALID_ARG, "struct_size 0 -> %s", dsk_status_name(st));
+  dsk_ctx_opts_init(&o);
+  o.device = "cpu";
+  o.num_threads = -2;
+  st = dsk_ctx_create(&ctx, &o);
+  TU_CHECK(&counts, st == DSK_STATUS_INVALID_ARG && strstr(dsk_last_error(), "num_threads"), "%s: '%s'",
+           dsk_status_name(st), dsk_last_error());
+  o.num_threads = 0;
+  o.log_level = 6;
+  st = dsk_ctx_create(&ctx, &o);
+  TU_CHECK(&counts, st == DSK_STATUS_INVALID_ARG && strstr(dsk_last_error(), "log_level"), "%s: '%s'",
+           dsk_status_name(st), dsk_last_error());
+  o.log_level = -1;
+  o.num_threads = 3;
+  TU_CHECK_OK(&counts, dsk_ctx_create(&ctx, &o));
+  if (ctx) {
+    info_of(ctx, &info);
+    TU_CHECK(&counts, info.num_threads == 3, "num_threads %d, asked for 3", info.num_threads);
+    dsk_ctx_destroy(ctx);
+    ctx = NULL;
+  }
+
+  /* get_info argument checks */
+  TU_CHECK_OK(&counts, make(&ctx, "cpu", NULL, -1));
+  if (ctx) {
+    st = dsk_ctx_get_info(ctx, NULL);
+    TU_CHECK(&counts, st == DSK_STATUS_INVALID_ARG, "info NULL -> %s", dsk_status_name(st));
+    memset(&info, 0, sizeof info);
+    info.struct_size = 8;
+    st = dsk_ctx_get_info(ctx, &info);
+    TU_CHECK(&counts, st == DSK_STATUS_INVALID_ARG, "small info -> %s", dsk_status_name(st));
+    dsk_ctx_destroy(ctx);
+    ctx = NULL;
+  }
+  info.struct_size = sizeof info;
+  st = dsk_ctx_get_info(NULL, &info);
+  TU_CHECK(&counts, st == DSK_STATUS_INVALID_ARG, "ctx NULL -> %s", dsk_status_name(st));
+}
+
+static void test_env(void) {
+  dsk_ctx *ctx = NULL;
+  dsk_ctx_info info;
+  /* DSK_BACKEND forces the backend and its device kind */
+  setenv("DSK_BACKEND", "cpu-ref", 1);
+  TU_CHECK_OK(&counts, make(&ctx, "auto", NULL, -1));
+  if (ctx) {
+    info_of(ctx, &info);
+    TU_CHECK(&counts, strcmp(info.backend, "cpu-ref") == 0 && !info.is_cuda, "DSK_BACKEND=cpu-ref: %s",
+             info.backend);
+    TU_CHECK(&counts, strstr(info.reason, "DSK_BACKEND") != NULL, "reason '%s' does not name DSK_BACKEND",
+             info.reason);
+    dsk_ctx_destroy(ctx);
+    ctx = NULL;
+  }
+  dsk_status st = make(&ctx, "cuda:0", NULL, -1);
+  TU_CHECK(&counts, st == DSK_STATUS_INVALID_ARG, "DSK_BACKEND=cpu-ref with cuda:0 -> %s", dsk_status_name(st));
+  setenv("DSK_BACKEND", "no-such-backend", 1);
+  st = make(&ctx, "auto", NULL, -1);
+  TU_CHECK(&counts, st == DSK_STATUS_BACKEND_UNAVAILABLE, "DSK_BACKEND unknown -> %s", dsk_status_name(st));
+  TU_CHECK(&counts, strstr(dsk_last_error(), "DSK_BACKEND") && strstr(dsk_last_error(), "cpu-ref"), "'%s'",
+           dsk_last_error());
+  /* the explicit option wins over the variable */
+  TU_CHECK_OK(&counts, make(&ctx, "auto", "cpu-ref", -1));
+  dsk_ctx_destroy(ctx);
+  ctx = NULL;
+  /* an empty value counts as unset */
+  setenv("DSK_BACKEND", "", 1);
+  TU_CHECK_OK(&counts, make(&ctx, "cpu", NULL, -1));
+  dsk_ctx_destroy(ctx);
+  ctx = NULL;
+  unsetenv("DSK_BACKEND");
+
+  /* DSK_NUM_THREADS, and the option winning over it */
+  setenv("DSK_NUM_THREADS", "5", 1);
+  TU_CHECK_OK(&counts, make(&ctx, "cpu", NULL, -1));
+  if (ctx) {
+    info_of(ctx, &info);
+    TU_CHECK(&counts, info.num_threads == 5, "DSK_NUM_THREADS=5: %d", info.num_threads);
+    dsk_ctx_destroy(ctx);
+    ctx = NULL;
+  }
+  dsk_ctx_opts o;
+  dsk_ctx_opts_init(&o);
+  o.device = "cpu";
+  o.num_threads = 2;
+  TU_CHECK_OK(&counts, dsk_ctx_create(&ctx, &o));
+  if (ctx) {
+    info_of(ctx, &info);
+    TU_CHECK(&counts, info.num_threads == 2, "option 2 vs DSK_NUM_THREADS=5: %d", info.num_threads);
+    dsk_ctx_destroy(ctx);
+    ctx = NULL;
+  }
+  /* a value that is not a number is ignored (all cores) */
+  setenv("DSK_NUM_THREADS", "many", 1);
+  TU_CHECK_OK(&counts, make(&ctx, "cpu", NULL, -1));
+  if (ctx) {
+    info_of(ctx, &info);
+    TU_CHECK(&counts, info.num_threads >= 1, "DSK_NUM_THREADS=many: %d", info.num_threads);
+    dsk_ctx_destroy(ctx);
+    ctx = NULL;
+  }
+  unsetenv("DSK_NUM_THREADS");
+}
+
+static void test_logging(void) {
+  log_rec rec;
+  dsk_ctx *ctx = NULL;
+  dsk_log_set(capture, &rec);
+
+  /* default level (WARN): the info line of context creation is not emitted */
+  memset(&rec, 0, sizeof rec);
+  TU_CHECK_OK(&counts, make(&ctx, "cpu", NULL, -1));
+  TU_CHECK(&counts, count_msgs(&rec, DSK_LOG_INFO, NULL) == 0, "%d info messages at the default level",
+           count_msgs(&rec, DSK_LOG_INFO, NULL));
+  /* a warning is emitted at the default level, once per key */
+  memset(&rec, 0, sizeof rec);
+  dsk__warn_once(ctx, "test_core.key1", "first warning %d", 1);
+  dsk__warn_once(ctx, "test_core.key1", "second warning %d", 2);
+  dsk__warn_once(ctx, "test_core.key2", "other key");
+  TU_CHECK(&counts, count_msgs(&rec, DSK_LOG_WARN, "first warning 1") == 1, "first warning missing");
+  TU_CHECK(&counts, count_msgs(&rec, DSK_LOG_WARN, "second warning") == 0, "warned twice for one key");
+  TU_CHECK(&counts, count_msgs(&rec, DSK_LOG_WARN, "other key") == 1, "second key not warned");
+  TU_CHECK(&counts, rec.n == 2, "%d messages, expected 2", rec.n);
+  /* once per process: another context does not warn again */
+  dsk_ctx *ctx2 = NULL;
+  TU_CHECK_OK(&counts, make(&ctx2, "cpu", NULL, -1));
+  dsk__warn_once(ctx2, "test_core.key1", "third warning");
+  TU_CHECK(&counts, count_msgs(&rec, DSK_LOG_WARN, "third warning") == 0, "warned again in another context");
+  dsk_ctx_destroy(ctx2);
+  /* levels of dsk__log against the context level (WARN) */
+  memset(&rec, 0, sizeof rec);
+  dsk__log(ctx, DSK_LOG_ERROR, "an error");
+  dsk__log(ctx, DSK_LOG_WARN, "a warning");
+  dsk__log(ctx, DSK_LOG_INFO, "an info");
+  dsk__log(ctx, DSK_LOG_DEBUG, "a debug");
+  dsk__log(NULL, DSK_LOG_WARN, "no ctx warning");
+  dsk__log(NULL, DSK_LOG_INFO, "no ctx info");
+  TU_CHECK(&counts, count_msgs(&rec, DSK_LOG_ERROR, "an error") == 1, "error not emitted");
+  TU_CHECK(&counts, count_msgs(&rec, DSK_LOG_WARN, "a warning") == 1, "warn not emitted");
+  TU_CHECK(&counts, count_msgs(&rec, DSK_LOG_WARN, "no ctx warning") == 1, "warn without ctx not emitted");
+  TU_CHECK(&counts, rec.n == 3, "%d messages at level WARN, expected 3", rec.n);
+  dsk_ctx_destroy(ctx);
+  ctx = NULL;
+
+  /* opts.log_level = INFO: one info message at creation naming the backend */
+  memset(&rec, 0, sizeof rec);
+  TU_CHECK_OK(&counts, make(&ctx, "cpu", NULL, DSK_LOG_INFO));
+  TU_CHECK(&counts, count_msgs(&rec, DSK_LOG_INFO, "backend") == 1, "%d info messages naming the backend",
+           count_msgs(&rec, DSK_LOG_INFO, "backend"));
+  TU_CHECK(&counts, count_msgs(&rec, DSK_LOG_DEBUG, NULL) == 0 && count_msgs(&rec, DSK_LOG_TRACE, NULL) == 0,
+           "debug/trace emitted at INFO");
+  if (ctx) {
+    memset(&rec, 0, sizeof rec);
+    dsk__log(ctx, DSK_LOG_INFO, "info at info");
+    dsk__log(ctx, DSK_LOG_DEBUG, "debug at info");
+    TU_CHECK(&counts, rec.n == 1 && count_msgs(&rec, DSK_LOG_INFO, "info at info") == 1, "INFO filter: %d", rec.n);
+  }
+  dsk_ctx_destroy(ctx);
+  ctx = NULL;
+
+  /* DSK_LOG_LEVEL=3 with the option unset (-1) */
+  setenv("DSK_LOG_LEVEL", "3", 1);
+  memset(&rec, 0, sizeof rec);
+  TU_CHECK_OK(&counts, make(&ctx, "cpu", NULL, -1));
+  TU_CHECK(&counts, count_msgs(&rec, DSK_LOG_INFO, "backend") == 1, "DSK_LOG_LEVEL=3: %d info messages",
+           count_msgs(&rec, DSK_LOG_INFO, "backend"));
+  dsk_ctx_destroy(ctx);
+  ctx = NULL;
+  /* the option wins: level OFF silences even errors */
+  setenv("DSK_LOG_LEVEL", "5", 1);
+  memset(&rec, 0, sizeof rec);
+  TU_CHECK_OK(&counts, make(&ctx, "cpu", NULL, DSK_LOG_OFF));
+  if (ctx) dsk__log(ctx, DSK_LOG_ERROR, "silenced");
+  TU_CHECK(&counts, rec.n == 0, "%d messages at level OFF", rec.n);
+  dsk_ctx_destroy(ctx);
+  ctx = NULL;
+  /* DSK_LOG_LEVEL=0 turns the info line off */
+  setenv("DSK_LOG_LEVEL", "0", 1);
+  memset(&rec, 0, sizeof rec);
+  TU_CHECK_OK(&counts, make(&ctx, "cpu", NULL, -1));
+  TU_CHECK(&counts, rec.n == 0, "DSK_LOG_LEVEL=0: %d messages", rec.n);
+  dsk_ctx_destroy(ctx);
+  ctx = NULL;
+  unsetenv("DSK_LOG_LEVEL");
+
+  /* NULL restores the default writer: the callback receives nothing more */
+  dsk_log_set(NULL, NULL);
+  memset(&rec, 0, sizeof rec);
+  dsk__log(NULL, DSK_LOG_WARN, "test_core: this line on stderr is expected (default log writer)");
+  TU_CHECK(&counts, rec.n == 0, "callback still called after dsk_log_set(NULL)");
+}
+
+static void test_backend_query(void) {
+  int n = dsk_backend_count();
+  TU_CHECK(&counts, n >= 1, "%d backends", n);
+  TU_CHECK(&counts, dsk_backend_name(n) == NULL && dsk_backend_name(-1) == NULL, "names past the end");
+  int have_cpu_ref = 0;
+  const char *devices[] = {"cpu", "cuda:0", "auto"};
+  for (int i = 0; i < n; i++) {
+    const char *name = dsk_backend_name(i);
+    TU_CHECK(&counts, name && name[0], "backend %d has no name", i);
+    if (!name) continue;
+    if (strcmp(name, "cpu-ref") == 0) have_cpu_ref = 1;
+    for (size_t d = 0; d < sizeof devices / sizeof devices[0]; d++) {
+      dsk_backend_info bi;
+      memset(&bi, 0, sizeof bi);
+      bi.struct_size = sizeof bi;
+      int avail = -7;
+      char reason[256] = "unset";
+      dsk_status st = dsk_backend_query(name, devices[d], &bi, &avail, reason, sizeof reason);
+      TU_CHECK(&counts, st == DSK_STATUS_OK, "query %s %s -> %s: %s", name, devices[d], dsk_status_name(st),
+               dsk_last_error());
+      TU_CHECK(&counts, avail == 0 || avail == 1, "%s %s: available %d", name, devices[d], avail);
+      TU_CHECK(&counts, reason[0] && strcmp(reason, "unset") != 0, "%s %s: no reason", name, devices[d]);
+      TU_CHECK(&counts, strstr(reason, name) != NULL, "%s %s: the reason '%s' does not name the backend", name,
+               devices[d], reason);
+      TU_CHECK(&counts, strcmp(bi.name, name) == 0 && bi.description[0], "%s: info '%s' '%s'", name, bi.name,
+               bi.description);
+      /* a backend never runs on the other device kind */
+      if (strcmp(devices[d], "cpu") == 0 && bi.is_cuda) TU_CHECK(&counts, avail == 0, "%s available on cpu", name);
+      if (strcmp(devices[d], "cuda:0") == 0 && !bi.is_cuda)
+        TU_CHECK(&counts, avail == 0, "%s available on cuda:0", name);
+      if (strcmp(name, "cpu-ref") == 0 && strcmp(devices[d], "cuda:0") != 0)
+        TU_CHECK(&counts, avail == 1, "cpu-ref not available on %s: %s", devices[d], reason);
+    }
+    /* info may be NULL; a short reason buffer is truncated, not overrun */
+    int avail = 0;
+    char small[8];
+    memset(small, 'x', sizeof small);
+    TU_CHECK_OK(&counts, dsk_backend_query(name, "cpu", NULL, &avail, small, sizeof small));
+    TU_CHECK(&counts, memchr(small, 0, sizeof small) != NULL, "reason not terminated");
+    TU_CHECK_OK(&counts, dsk_backend_query(name, "cpu", NULL, &avail, NULL, 0));
+  }
+  TU_CHECK(&counts, have_cpu_ref, "cpu-ref is not in the registry");
+
+  int avail = 1;
+  char reason[256];
+  dsk_status st = dsk_backend_query("no-such-backend", "cpu", NULL, &avail, reason, sizeof reason);
+  TU_CHECK(&counts, st != DSK_STATUS_OK || avail == 0, "unknown backend available");
+  TU_CHECK(&counts, avail == 0, "available %d for an unknown backend", avail);
+  TU_CHECK(&counts, strstr(reason, "cpu-ref") != NULL, "unknown backend: reason '%s' lists no names", reason);
+  st = dsk_backend_query("cpu-ref", "gpu0", NULL, &avail, reason, sizeof reason);
+  TU_CHECK(&counts, st == DSK_STATUS_INVALID_ARG, "bad device -> %s", dsk_status_name(st));
+  st = dsk_backend_query("cpu-ref", "cpu", NULL, NULL, reason, sizeof reason);
+  TU_CHECK(&counts, st == DSK_STATUS_INVALID_ARG, "available NULL -> %s", dsk_status_name(st));
+  dsk_backend_info bi;
+  memset(&bi, 0, sizeof bi);
+  bi.struct_size = 4;
+  st = dsk_backend_query("cpu-ref", "cpu", &bi, &avail, reason, sizeof reason);
+  TU_CHECK(&counts, st == DSK_STATUS_INVALID_ARG, "small info -> %s", dsk_status_name(st));
+}
+
+static void test_mem(void) {
+  dsk_ctx *ctx = NULL;
+  TU_CHECK_OK(&counts, make(&ctx, "cpu", NULL, -1));
+  if (!ctx) return;
+  enum { N = 4099 };
+  void *p = NULL;
+  TU_CHECK_OK(&counts, dsk_mem_alloc(ctx, &p, N));
+  TU_CHECK(&counts, p != NULL && ((uintptr_t)p % 64) == 0, "alloc %p", p);
+  if (p) {
+    unsigned char host[N], back[N];
+    TU_CHECK_OK(&counts, dsk_mem_set(ctx, p, 0xAB, N));
+    memset(back, 0, N);
+    TU_CHECK_OK(&counts, dsk_mem_download(ctx, back, p, N));
+    int ok = 1;
+    for (int i = 0; i < N; i++) ok &= back[i] == 0xAB;
+    TU_CHECK(&counts, ok, "mem_set pattern");
+    for (int i = 0; i < N; i++) host[i] = (unsigned char)(i * 7 + 3);
+    TU_CHECK_OK(&counts, dsk_mem_upload(ctx, p, host, N));
+    TU_CHECK_OK(&counts, dsk_ctx_synchronize(ctx, NULL));
+    memset(back, 0, N);
+    TU_CHECK_OK(&counts, dsk_mem_download(ctx, back, p, N));
+    TU_CHECK(&counts, memcmp(host, back, N) == 0, "upload/download round trip");
+    /* zero-byte copies are no-ops, even with NULL pointers */
+    TU_CHECK_OK(&counts, dsk_mem_upload(ctx, NULL, NULL, 0));
+    TU_CHECK_OK(&counts, dsk_mem_download(ctx, NULL, NULL, 0));
+    TU_CHECK_OK(&counts, dsk_mem_set(ctx, NULL, 0, 0));
+    dsk_status st = dsk_mem_upload(ctx, p, NULL, 4);
+    TU_CHECK(&counts, st == DSK_STATUS_INVALID_ARG, "upload src NULL -> %s", dsk_status_name(st));
+    st = dsk_mem_download(ctx, NULL, p, 4);
+    TU_CHECK(&counts, st == DSK_STATUS_INVALID_ARG, "download dst NULL -> %s", dsk_status_name(st));
+    st = dsk_mem_set(ctx, NULL, 0, 4);
+    TU_CHECK(&counts, st == DSK_STATUS_INVALID_ARG, "set dst NULL -> %s", dsk_status_name(st));
+    TU_CHECK_OK(&counts, dsk_mem_free(ctx, p));
+  }
+  void *z = NULL;
+  TU_CHECK_OK(&counts, dsk_mem_alloc(ctx, &z, 0));
+  TU_CHECK_OK(&counts, dsk_mem_free(ctx, z));
+  TU_CHECK_OK(&counts, dsk_mem_free(ctx, NULL));
+  dsk_status st = dsk_mem_alloc(ctx, NULL, 16);
+  TU_CHECK(&counts, st == DSK_STATUS_INVALID_ARG, "alloc ptr NULL -> %s", dsk_status_name(st));
+  st = dsk_mem_alloc(NULL, &z, 16);
+  TU_CHECK(&counts, st == DSK_STATUS_INVALID_ARG, "alloc ctx NULL -> %s", dsk_status_name(st));
+  st = dsk_ctx_synchronize(NULL, NULL);
+  TU_CHECK(&counts, st == DSK_STATUS_INVALID_ARG, "synchronize ctx NULL -> %s", dsk_status_name(st));
+  dsk_ctx_destroy(ctx);
+}
+
+static void test_op_supported(void) {
+  dsk_ctx *ctx = NULL;
+  TU_CHECK_OK(&counts, make(&ctx, "cpu", NULL, -1));
+  if (!ctx) return;
+  int sup = -1;
+  char reason[512];
+  dsk_clear_error();
+
+  /* a descriptor with every field zero is answered (unsupported, with the reason) */
+  dsk_sparse_mla_desc sd;
+  memset(&sd, 0, sizeof sd);
+  sd.struct_size = sizeof sd;
+  reason[0] = 0;
+  TU_CHECK_OK(&counts, dsk_op_supported(ctx, DSK_OP_SPARSE_MLA_DECODE, &sd, &sup, reason, sizeof reason));
+  TU_CHECK(&counts, sup == 0 && reason[0], "zero sparse desc: supported %d, reason '%s'", sup, reason);
+  TU_CHECK(&counts, dsk_last_error()[0] == 0, "dsk_op_supported left an error: '%s'", dsk_last_error());
+
+  /* a valid small kv_write descriptor is served by the CPU reference */
+  enum { PBS = 4 };
+  static unsigned char cache[PBS * 584];
+  static dsk_bf16 latent[448], rope[64];
+  int32_t slot = 1;
+  dsk_kv_write_desc kd;
+  memset(&kd, 0, sizeof kd);
+  kd.struct_size = sizeof kd;
+  kd.format = DSK_KV_FORMAT_B584;
+  kd.N = 1;
+  kd.latent = latent;
+  kd.latent_stride = 448;
+  kd.rope = rope;
+  kd.rope_stride = 64;
+  kd.slot_mapping = &slot;
+  kd.cache.base = cache;
+  kd.cache.pbs = PBS;
+  kd.cache.page_stride = PBS * 584;
+  kd.cache.num_pages = 1;
+  sup = -1;
+  TU_CHECK_OK(&counts, dsk_op_supported(ctx, DSK_OP_KV_WRITE, &kd, &sup, reason, sizeof reason));
+  TU_CHECK(&counts, sup == 1, "valid kv_write not supported: '%s'", reason);
+  TU_CHECK(&counts, reason[0], "no reason when supported");
+  /* the same with a field broken: unsupported, the reason names the field */
+  kd.cache.pbs = 0;
+  TU_CHECK_OK(&counts, dsk_op_supported(ctx, DSK_OP_KV_WRITE, &kd, &sup, reason, sizeof reason));
+  TU_CHECK(&counts, sup == 0 && strstr(reason, "pbs") != NULL, "pbs 0: supported %d, reason '%s'", sup, reason);
+
+  dsk_slot_list_desc ld;
+  memset(&ld, 0, sizeof ld);
+  ld.struct_size = sizeof ld;
+  TU_CHECK_OK(&counts, dsk_op_supported(ctx, DSK_OP_SLOT_LIST, &ld, &sup, reason, sizeof reason));
+  TU_CHECK(&counts, sup == 0 && reason[0], "zero slot-list desc: %d '%s'", sup, reason);
+  dsk_kv_read_desc rd;
+  memset(&rd, 0, sizeof rd);
+  rd.struct_size = sizeof rd;
+  TU_CHECK_OK(&counts, dsk_op_supported(ctx, DSK_OP_KV_READ, &rd, &sup, reason, sizeof reason));
+  TU_CHECK(&counts, sup == 0 && reason[0], "zero kv_read desc: %d '%s'", sup, reason);
+
+  /* questions that cannot be answered */
+  dsk_status st = dsk_op_supported(ctx, (dsk_op)77, &sd, &sup, reason, sizeof reason);
+  TU_CHECK(&counts, st == DSK_STATUS_INVALID_ARG, "unknown op -> %s", dsk_status_name(st));
+  st = dsk_op_supported(ctx, DSK_OP_SPARSE_MLA_DECODE, NULL, &sup, reason, sizeof reason);
+  TU_CHECK(&counts, st == DSK_STATUS_INVALID_ARG, "desc NULL -> %s", dsk_status_name(st));
+  st = dsk_op_supported(ctx, DSK_OP_SPARSE_MLA_DECODE, &sd, NULL, reason, sizeof reason);
+  TU_CHECK(&counts, st == DSK_STATUS_INVALID_ARG, "supported NULL -> %s", dsk_status_name(st));
+  st = dsk_op_supported(NULL, DSK_OP_SPARSE_MLA_DECODE, &sd, &sup, reason, sizeof reason);
+  TU_CHECK(&counts, st == DSK_STATUS_INVALID_ARG, "ctx NULL -> %s", dsk_status_name(st));
+  /* reason may be NULL */
+  TU_CHECK_OK(&counts, dsk_op_supported(ctx, DSK_OP_SPARSE_MLA_DECODE, &sd, &sup, NULL, 0));
+  dsk_ctx_destroy(ctx);
+}
+
+int main(void) {
+  /* Deterministic start whatever the caller's shell exports. */
+  unsetenv("DSK_BACKEND");
+  unsetenv("DSK_LOG_LEVEL");
+  unsetenv("DSK_NUM_THREADS");
+  test_version();
+  test_status();
+  test_last_error();
+  test_ctx_create();
+  test_env();
+  test_logging();
+  test_backend_query();
+  test_mem();
+  test_op_supported();
+  return tu_finish("test_core", &counts);
+}
