@@ -24,6 +24,13 @@ dsk_status dsk__select_backend(const char *forced, const char *forced_by, const 
                                const dsk_env *env, const dsk_backend **out, int *out_device,
                                char *why, size_t why_len);
 
+/* sparse_mla.c: the tactic a run of the (validated) descriptor uses: the
+ * forced desc->tactic checked against the shape's valid set, or (all zero)
+ * the tuned entry / heuristic of sparse-decode.md §9. *source gets a
+ * dsk_tactic_source. */
+dsk_status dsk__sparse_mla_resolve_tactic(const dsk_ctx *ctx, const dsk_sparse_mla_desc *d, dsk_tactic *out,
+                                          int *source);
+
 #ifdef __cplusplus
 }
 #endif
