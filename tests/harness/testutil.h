@@ -14,7 +14,14 @@
 
 /* ---- RNG: splitmix64 seeded, xoshiro-free and reproducible everywhere */
 typedef struct tu_rng { uint64_t s; } tu_rng;
-static inline tu_rng tu_rng_make(uint64_t seed) { tu_rng r = {seed * 0x9E3779B97F4A7C15ull + 1}; return r; }
+/* The seed is hashed, so consecutive seeds give unrelated streams. */
+static inline tu_rng tu_rng_make(uint64_t seed) {
+  uint64_t z = seed + 0x632BE59BD9B4E019ull;
+  z = (z ^ (z >> 33)) * 0xFF51AFD7ED558CCDull;
+  z = (z ^ (z >> 33)) * 0xC4CEB9FE1A85EC53ull;
+  tu_rng r = {z ^ (z >> 33)};
+  return r;
+}
 static inline uint64_t tu_next(tu_rng *r) {
   uint64_t z = (r->s += 0x9E3779B97F4A7C15ull);
   z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;

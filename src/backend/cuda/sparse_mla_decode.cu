@@ -638,8 +638,17 @@ extern "C" int dsk__cuda_sparse_mla_ctas_per_sm(const dsk_ctx *ctx, const dsk_sp
   const int64_t smem = dsk__cuda_sparse_mla_smem_bytes(d->format);
   if (smem <= 0) return 1;
   if (st->sm120_table) return 1; /* SM120: 128 KB of shared memory per SM, ~64 KB per CTA */
-  int n = 0;
+  /* The occupancy query honours the dynamic shared-memory limit only once
+   * it has been raised, so raise it first (the launch does the same). */
   cudaError_t e = d->format == DSK_KV_FORMAT_A656
+                      ? cudaFuncSetAttribute(sparse_mla_kernel<1>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem)
+                      : cudaFuncSetAttribute(sparse_mla_kernel<2>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+  if (e != cudaSuccess) {
+    cudaGetLastError();
+    return 1;
+  }
+  int n = 0;
+  e = d->format == DSK_KV_FORMAT_A656
                       ? cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, sparse_mla_kernel<1>, kThreads, (size_t)smem)
                       : cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, sparse_mla_kernel<2>, kThreads, (size_t)smem);
   if (e != cudaSuccess) {
