@@ -11,7 +11,8 @@
 
 static const char *const k_usage =
     "usage: dsk bench sparse-mla [--device D] [--backend B] [--reps N] [--warm]\n"
-    "                            [--model NAME] [--max-t N] [--mma-tflops X] [--quick] [--seed N]\n"
+    "                            [--model NAME] [--max-t N] [--t N] [--heads N] [--mma-tflops X]\n"
+    "                            [--quick] [--seed N]\n"
     "\n"
     "Times dsk_sparse_mla_decode (every kernel of the call: split + combine) on\n"
     "DSv4-Flash (H 64/32/16/8; SWA 128 + C4A 512, SWA 128 + C128A 256 and 1024),\n"
@@ -34,6 +35,8 @@ static const char *const k_usage =
     "  --model NAME     only cases whose model name contains NAME (dsv4-flash,\n"
     "                   dsv4-pro, glm-5.1, dsv3.2)\n"
     "  --max-t N        skip token counts above N\n"
+    "  --t N            only token count N\n"
+    "  --heads N        only head count N\n"
     "  --mma-tflops X   MMA ceiling for floor_us (default 640: bf16 mma.sync on H200)\n"
     "  --quick          small pools (tests)\n"
     "  --seed N         random seed (default 7)\n"
@@ -74,6 +77,12 @@ int dsk_cmd_bench(int argc, char **argv) {
     } else if ((r = dsk_cli_opt_value(argc, argv, &i, "--max-t", &v)) != 0) {
       if (r < 0) return dsk_cli_usage_error("bench", k_usage, "--max-t needs a value");
       if (dsk_cli_parse_int("bench", "--max-t", v, 1, 1 << 30, &o.max_T) != 0) return DSK_CLI_EXIT_USAGE;
+    } else if ((r = dsk_cli_opt_value(argc, argv, &i, "--t", &v)) != 0) {
+      if (r < 0) return dsk_cli_usage_error("bench", k_usage, "--t needs a value");
+      if (dsk_cli_parse_int("bench", "--t", v, 1, 1 << 30, &o.only_T) != 0) return DSK_CLI_EXIT_USAGE;
+    } else if ((r = dsk_cli_opt_value(argc, argv, &i, "--heads", &v)) != 0) {
+      if (r < 0) return dsk_cli_usage_error("bench", k_usage, "--heads needs a value");
+      if (dsk_cli_parse_int("bench", "--heads", v, 1, 128, &o.only_H) != 0) return DSK_CLI_EXIT_USAGE;
     } else if ((r = dsk_cli_opt_value(argc, argv, &i, "--mma-tflops", &v)) != 0) {
       char *end = NULL;
       if (r < 0) return dsk_cli_usage_error("bench", k_usage, "--mma-tflops needs a value");

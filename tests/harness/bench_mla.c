@@ -142,7 +142,8 @@ int dsk_bench_sparse_mla(dsk_ctx *ctx, const dsk_bench_mla_opts *o, FILE *out) {
     return 1;
   }
   const double mma_tflops = o->mma_tflops > 0 ? o->mma_tflops : 640.0;
-  fprintf(out, "# dsk %s bench sparse-mla; backend %s; device %s; %d SMs; L2 %lld B; copy %.0f GB/s (read+write, %zu MiB); L2 %s\n",
+  fprintf(out, "# dsk %s bench sparse-mla; backend %s; device %s; %d SMs; L2 %lld B; copy %.0f GB/s (read+write, %zu MiB); L2 %s; "
+          "device events around each call, a spin kernel ahead so host enqueue time is not counted\n",
           dsk_version(), info.backend, info.device_name, info.sm_count, (long long)info.l2_bytes, copy_gbps,
           copy_bytes >> 20, o->warm ? "warm" : "flushed");
   fprintf(out, "model,layer,fmt,T,H,w0,w1,pbs1,cpb,splits,median_us,tflops,gbps,pct_copy_bw,floor_us,x_floor,valid\n");
@@ -178,6 +179,7 @@ int dsk_bench_sparse_mla(dsk_ctx *ctx, const dsk_bench_mla_opts *o, FILE *out) {
       for (size_t ti = 0; ti < sizeof k_T / sizeof k_T[0] && !rc; ti++) {
         const int T = k_T[ti];
         if (o->max_T && T > o->max_T) continue;
+        if ((o->only_T && T != o->only_T) || (o->only_H && mc->H != o->only_H)) continue;
         const int H = mc->H, dqk = (int)dsk_kv_dim(fmt), nseg = mc->w1 ? 2 : 1;
         const dsk_kv_cache *cache1 = mc->pbs1 == 2 ? &c2 : &c64;
         int32_t *s0 = malloc(sizeof(int32_t) * T * mc->w0), *s1 = malloc(sizeof(int32_t) * T * (mc->w1 ? mc->w1 : 1));

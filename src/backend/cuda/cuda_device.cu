@@ -121,6 +121,11 @@ static dsk_status init_common(dsk_ctx *ctx, int device, int sm120) {
   st->sm120_table = sm120;
   st->smem_optin = (int64_t)p.sharedMemPerBlockOptin;
   if (sm120 && st->smem_optin > DSK_SM120_SMEM_LIMIT) st->smem_optin = DSK_SM120_SMEM_LIMIT;
+  dsk_status ds = dsk__cuda_sparse_mla_setup(st);
+  if (ds != DSK_STATUS_OK) {
+    free(st);
+    return ds;
+  }
   cudaStream_t s;
   cudaError_t e = cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
   if (e != cudaSuccess) {

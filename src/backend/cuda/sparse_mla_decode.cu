@@ -94,11 +94,24 @@ __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
 }
 
-/* two e4m3 (low byte first) -> f16x2 (low half = low byte), exact */
+/* two e4m3 in the low 16 bits (low byte first) -> f16x2 (low half = low
+ * byte), exact; the unpack is a register-pair view, not an instruction */
 __device__ __forceinline__ uint32_t e4m3x2_to_f16x2(uint32_t v16) {
   uint32_t r;
-  asm("{\n .reg .b16 t;\n cvt.u16.u32 t, %1;\n cvt.rn.f16x2.e4m3x2 %0, t;\n}\n" : "=r"(r) : "r"(v16));
+  asm("{\n .reg .b16 lo, hi;\n mov.b32 {lo, hi}, %1;\n cvt.rn.f16x2.e4m3x2 %0, lo;\n}\n" : "=r"(r) : "r"(v16));
   return r;
+}
+/* four e4m3 -> two f16x2: bytes 0,1 -> lo, bytes 2,3 -> hi */
+__device__ __forceinline__ void e4m3x4_to_f16x2x2(uint32_t v, uint32_t &lo, uint32_t &hi) {
+  asm("{\n .reg .b16 a, b;\n mov.b32 {a, b}, %2;\n cvt.rn.f16x2.e4m3x2 %0, a;\n cvt.rn.f16x2.e4m3x2 %1, b;\n}\n"
+      : "=r"(lo), "=r"(hi)
+      : "r"(v));
+}
+/* 2^x, approximate (2 ulp); inputs are <= 0 or -inf here */
+__device__ __forceinline__ float fast_exp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
 }
 
 __device__ __forceinline__ void mma_f16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
@@ -132,9 +145,9 @@ __device__ __forceinline__ uint16_t f32_to_bf16_rne(float x) {
   return (uint16_t)r;
 }
 
-__device__ __forceinline__ float ue8m0_kv(uint32_t e) {
-  return e == 0 ? 0.f : (e == 255 ? __int_as_float(0x7fc00000) : __uint_as_float(e << 23));
-}
+/* KV UE8M0 decode by the exponent-field trick: e = 0 gives 0.0 as the spec
+ * requires; e = 255 (never written) gives +inf, which kv-cache.md allows. */
+__device__ __forceinline__ float ue8m0_kv(uint32_t e) { return __uint_as_float(e << 23); }
 
 /* Scale of tile `tile` of the staged record at `rec`. */
 template <int F>
@@ -166,9 +179,7 @@ __global__ void __launch_bounds__(kThreads) sparse_mla_kernel(const Params p) {
   __half *qn = reinterpret_cast<__half *>(smem + DSK_MLA_OFF_QN(F));
   uint16_t *qr = reinterpret_cast<uint16_t *>(smem + DSK_MLA_OFF_QR(F));
   float *P = reinterpret_cast<float *>(smem + DSK_MLA_OFF_P(F));
-  float *red_max = reinterpret_cast<float *>(smem + DSK_MLA_OFF_RED(F));
-  float *red_sum = red_max + DSK_MLA_WARPS * kHeads;
-  float *qscale = red_sum + DSK_MLA_WARPS * kHeads;
+  float *qscale = reinterpret_cast<float *>(smem + DSK_MLA_OFF_RED(F));
   int32_t *valid = reinterpret_cast<int32_t *>(smem + DSK_MLA_OFF_VALID(F));
 
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, q4 = lane & 3;
@@ -195,44 +206,68 @@ __global__ void __launch_bounds__(kThreads) sparse_mla_kernel(const Params p) {
   const int64_t b1 = 2 * (int64_t)max(c0 - p.nch0, 0), e1 = min((int64_t)2 * max(c1 - p.nch0, 0), (L1 + kSub - 1) / kSub);
   const int n0 = (int)max(e0 - b0, (int64_t)0), n1 = (int)max(e1 - b1, (int64_t)0), n = n0 + n1;
 
-  /* ---- Q: 16 heads -> f16 nope (pre-scaled by 2^-shift) + bf16 rope */
-  for (int r = warp * 4; r < warp * 4 + 4; r++) {
-    const int h = h0 + r;
-    const bool live = h < p.H;
-    const uint16_t *qrow = p.q + t * p.q_st + (int64_t)(live ? h : 0) * p.q_sh;
-    float mx = 0.f;
-    if (live)
-      for (int d = lane * 8; d < C::NOPE; d += 256) {
-        uint4 v = *reinterpret_cast<const uint4 *>(qrow + d);
-        const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+  /* ---- Q: 16 heads -> f16 nope (pre-scaled by 2^-shift) + bf16 rope.
+   * All loads of the warp's 4 rows are issued before any is used. */
+  auto load_q = [&]() {
+    uint4 qv[4][2], rv[4];
 #pragma unroll
-        for (int i = 0; i < 4; i++)
-          mx = fmaxf(mx, fmaxf(fabsf(bf16_bits_to_f32(w[i] & 0xffff)), fabsf(bf16_bits_to_f32(w[i] >> 16))));
+    for (int r = 0; r < 4; r++) {
+      const int h = h0 + warp * 4 + r;
+      const bool live = h < p.H;
+      const uint16_t *qrow = p.q + t * p.q_st + (int64_t)(live ? h : 0) * p.q_sh;
+#pragma unroll
+      for (int k = 0; k < 2; k++) {
+        const int d = lane * 8 + 256 * k;
+        qv[r][k] = (live && d < C::NOPE) ? *reinterpret_cast<const uint4 *>(qrow + d) : make_uint4(0, 0, 0, 0);
       }
-    mx = warp_max(mx);
-    int e = (int)((__float_as_uint(mx) >> 23) & 0xff) - 127;
-    int shift = e - 14 > 0 ? e - 14 : 0;
-    if (shift > 125) shift = 125;
-    const float inv = __uint_as_float((uint32_t)(127 - shift) << 23);
-    if (lane == 0) qscale[r] = __uint_as_float((uint32_t)(127 + shift) << 23);
-    for (int d = lane * 8; d < C::NOPE; d += 256) {
-      uint4 v = live ? *reinterpret_cast<const uint4 *>(qrow + d) : make_uint4(0, 0, 0, 0);
-      const uint32_t w[4] = {v.x, v.y, v.z, v.w};
-      uint32_t o[4];
+      rv[r] = (live && lane < 8) ? *reinterpret_cast<const uint4 *>(qrow + C::NOPE + lane * 8) : make_uint4(0, 0, 0, 0);
+    }
 #pragma unroll
-      for (int i = 0; i < 4; i++)
-        o[i] = pack_f16(bf16_bits_to_f32(w[i] & 0xffff) * inv, bf16_bits_to_f32(w[i] >> 16) * inv);
-      *reinterpret_cast<uint4 *>(qn + r * DSK_MLA_QN_STRIDE(F) + d) = make_uint4(o[0], o[1], o[2], o[3]);
+    for (int r = 0; r < 4; r++) {
+      const int row = warp * 4 + r;
+      float mx = 0.f;
+#pragma unroll
+      for (int k = 0; k < 2; k++) {
+        const uint32_t w[4] = {qv[r][k].x, qv[r][k].y, qv[r][k].z, qv[r][k].w};
+#pragma unroll
+        for (int e = 0; e < 4; e++)
+          mx = fmaxf(mx, fmaxf(fabsf(bf16_bits_to_f32(w[e] & 0xffff)), fabsf(bf16_bits_to_f32(w[e] >> 16))));
+      }
+      mx = warp_max(mx);
+      const int ex = (int)((__float_as_uint(mx) >> 23) & 0xff) - 127;
+      int shift = ex - 14 > 0 ? ex - 14 : 0;
+      if (shift > 125) shift = 125;
+      const float inv = __uint_as_float((uint32_t)(127 - shift) << 23);
+      if (lane == 0) qscale[row] = __uint_as_float((uint32_t)(127 + shift) << 23);
+#pragma unroll
+      for (int k = 0; k < 2; k++) {
+        const int d = lane * 8 + 256 * k;
+        if (d >= C::NOPE) continue;
+        const uint32_t w[4] = {qv[r][k].x, qv[r][k].y, qv[r][k].z, qv[r][k].w};
+        uint32_t o[4];
+#pragma unroll
+        for (int e = 0; e < 4; e++)
+          o[e] = pack_f16(bf16_bits_to_f32(w[e] & 0xffff) * inv, bf16_bits_to_f32(w[e] >> 16) * inv);
+        *reinterpret_cast<uint4 *>(qn + row * DSK_MLA_QN_STRIDE(F) + d) = make_uint4(o[0], o[1], o[2], o[3]);
+      }
+      if (lane < 8) *reinterpret_cast<uint4 *>(qr + row * DSK_MLA_QR_STRIDE + lane * 8) = rv[r];
     }
-    if (lane < 8) {
-      uint4 v = live ? *reinterpret_cast<const uint4 *>(qrow + C::NOPE + lane * 8) : make_uint4(0, 0, 0, 0);
-      *reinterpret_cast<uint4 *>(qr + r * DSK_MLA_QR_STRIDE + lane * 8) = v;
-    }
-  }
+  };
 
   /* ---- stage issue: thread (c = tid/4, part = tid%4) copies record c */
-  auto issue = [&](int i) {
-    const int st = i & 1;
+  /* Slot id of this thread's candidate (c = tid/4) in stage i, or -1 past
+   * the valid prefix. Loaded two stages ahead so that no stage waits on it. */
+  auto load_slot = [&](int i) -> int32_t {
+    if (i >= n) return -1;
+    const bool s1 = i >= n0;
+    const int64_t k = (s1 ? b1 + (i - n0) : b0 + i) * kSub + (tid >> 2);
+    if (k >= (s1 ? L1 : L0)) return -1;
+    const int32_t *slots = s1 ? p.seg[1].slots : p.seg[0].slots;
+    const int64_t sst = s1 ? p.seg[1].slots_st : p.seg[0].slots_st;
+    return __ldg(slots + t * sst + k);
+  };
+  auto issue = [&](int i, int32_t slot) {
+    const int st = i % DSK_MLA_STAGES;
     const bool s1 = i >= n0; /* fields picked by value: no dynamic indexing of the parameters */
     const int64_t k0 = (s1 ? b1 + (i - n0) : b0 + i) * kSub;
     const int64_t L = s1 ? L1 : L0;
@@ -243,10 +278,7 @@ __global__ void __launch_bounds__(kThreads) sparse_mla_kernel(const Params p) {
     bool ok = false;
     const uint8_t *src = sbase, *foot = sbase;
     if (k < L) {
-      const int32_t *slots = s1 ? p.seg[1].slots : p.seg[0].slots;
-      const int64_t sst = s1 ? p.seg[1].slots_st : p.seg[0].slots_st;
       const int64_t cap = s1 ? p.seg[1].cap : p.seg[0].cap;
-      const int32_t slot = slots[t * sst + k];
       ok = slot >= 0 && (int64_t)slot < cap;
       if (!ok && slot >= 0 && counting && part == 0) atomicAdd(&p.counters[0], 1ull);
       if (ok) {
@@ -268,7 +300,7 @@ __global__ void __launch_bounds__(kThreads) sparse_mla_kernel(const Params p) {
   };
 
   /* ---- running state */
-  float m2[2] = {kNegInf, kNegInf}; /* rows g, g+8; log2 domain */
+  float m2[2] = {kNegInf, kNegInf}; /* rows g, g+8; log2 domain; identical in every warp */
   float lsum[2] = {0.f, 0.f};       /* this thread's columns only */
   float acc[2][8][4];
   float R[2] = {0.f, 0.f};
@@ -279,95 +311,174 @@ __global__ void __launch_bounds__(kThreads) sparse_mla_kernel(const Params p) {
 #pragma unroll
       for (int i = 0; i < 4; i++) acc[hh][j][i] = 0.f;
 
-  if (n > 0) issue(0);
-  cp_async_commit();
+  /* prologue: stages 0 .. STAGES-2 in flight, the next slot id loading */
+#pragma unroll
+  for (int j = 0; j < DSK_MLA_STAGES - 1; j++) {
+    if (j < n) issue(j, load_slot(j));
+    cp_async_commit();
+  }
+  int32_t next_slot = load_slot(DSK_MLA_STAGES - 1);
+  load_q();
   __syncthreads(); /* Q staged */
 
   const float qs0 = qscale[g], qs1 = qscale[g + 8];
+  /* QK work of this warp: A: tile `warp` + rope k-step `warp`;
+   * B: tiles 2w, 2w+1 (warp 3: tile 6 + all four rope k-steps). */
+  constexpr int TPW = F == 1 ? 1 : 2;
 
   for (int i = 0; i < n; i++) {
-    const int st = i & 1;
-    if (i + 1 < n) issue(i + 1);
+    const int st = i % DSK_MLA_STAGES;
+    if (i + DSK_MLA_STAGES - 1 < n) issue(i + DSK_MLA_STAGES - 1, next_slot);
+    next_slot = load_slot(i + DSK_MLA_STAGES);
     cp_async_commit();
-    cp_async_wait<1>();
+    cp_async_wait<DSK_MLA_STAGES - 1>();
     __syncthreads();
     const uint8_t *kb = kv + st * kSub * C::SREC;
 
-    /* ---- QK for candidates 8*warp .. 8*warp+7 */
-    float sc[4] = {0.f, 0.f, 0.f, 0.f};
+    /* ---- QK partials: this warp's dims for all 32 candidates (4 n-tiles) */
     {
-      const uint8_t *recn = kb + (warp * 8 + g) * C::SREC; /* B operand column n = g */
-      const uint8_t *rec0 = kb + (warp * 8 + 2 * q4) * C::SREC, *rec1 = rec0 + C::SREC;
-#pragma unroll 1
-      for (int tt = 0; tt < C::NT; tt++) {
-        float ta[4] = {0.f, 0.f, 0.f, 0.f};
+      float part[4][4];
+#pragma unroll
+      for (int j = 0; j < 4; j++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) part[j][e] = 0.f;
+#pragma unroll
+      for (int tw = 0; tw < TPW; tw++) {
+        const int tile = F == 1 ? warp : 2 * warp + tw;
+        if (tile >= C::NT) break;
+        float ta[4][4];
+#pragma unroll
+        for (int j = 0; j < 4; j++)
+#pragma unroll
+          for (int e = 0; e < 4; e++) ta[j][e] = 0.f;
 #pragma unroll
         for (int ks = 0; ks < C::TILE / 16; ks++) {
-          const int d0 = tt * C::TILE + ks * 16;
+          const int d0 = tile * C::TILE + ks * 16;
           const uint2 qa = *reinterpret_cast<const uint2 *>(qn + g * DSK_MLA_QN_STRIDE(F) + d0 + 4 * q4);
           const uint2 qb = *reinterpret_cast<const uint2 *>(qn + (g + 8) * DSK_MLA_QN_STRIDE(F) + d0 + 4 * q4);
           const uint32_t a[4] = {qa.x, qb.x, qa.y, qb.y};
-          const uint32_t kw = *reinterpret_cast<const uint32_t *>(recn + d0 + 4 * q4);
-          mma_f16(ta, a, e4m3x2_to_f16x2(kw & 0xffff), e4m3x2_to_f16x2(kw >> 16));
-        }
-        const float s0 = tile_scale<F>(rec0, tt), s1 = tile_scale<F>(rec1, tt);
-        sc[0] += ta[0] * s0;
-        sc[1] += ta[1] * s1;
-        sc[2] += ta[2] * s0;
-        sc[3] += ta[3] * s1;
-      }
-      float ra[4] = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll
-      for (int ks = 0; ks < 4; ks++) {
+          for (int j = 0; j < 4; j++) {
+            const uint32_t kw = *reinterpret_cast<const uint32_t *>(kb + (j * 8 + g) * C::SREC + d0 + 4 * q4);
+            uint32_t b0, b1;
+            e4m3x4_to_f16x2x2(kw, b0, b1);
+            mma_f16(ta[j], a, b0, b1);
+          }
+        }
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+          const uint8_t *r0 = kb + (j * 8 + 2 * q4) * C::SREC;
+          const float s0 = tile_scale<F>(r0, tile), s1 = tile_scale<F>(r0 + C::SREC, tile);
+          part[j][0] += ta[j][0] * s0;
+          part[j][1] += ta[j][1] * s1;
+          part[j][2] += ta[j][2] * s0;
+          part[j][3] += ta[j][3] * s1;
+        }
+      }
+      float ra[4][4];
+#pragma unroll
+      for (int j = 0; j < 4; j++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) ra[j][e] = 0.f;
+      const int rk0 = F == 1 ? warp : 0, rk1 = F == 1 ? warp + 1 : (warp == 3 ? 4 : 0);
+#pragma unroll 1
+      for (int ks = rk0; ks < rk1; ks++) {
         const int d0 = ks * 16 + 2 * q4;
         const uint32_t a[4] = {*reinterpret_cast<const uint32_t *>(qr + g * DSK_MLA_QR_STRIDE + d0),
                                *reinterpret_cast<const uint32_t *>(qr + (g + 8) * DSK_MLA_QR_STRIDE + d0),
                                *reinterpret_cast<const uint32_t *>(qr + g * DSK_MLA_QR_STRIDE + d0 + 8),
                                *reinterpret_cast<const uint32_t *>(qr + (g + 8) * DSK_MLA_QR_STRIDE + d0 + 8)};
-        const uint16_t *rope = reinterpret_cast<const uint16_t *>(recn + C::ROPE);
-        mma_bf16(ra, a, *reinterpret_cast<const uint32_t *>(rope + d0),
-                 *reinterpret_cast<const uint32_t *>(rope + d0 + 8));
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+          const uint16_t *rope = reinterpret_cast<const uint16_t *>(kb + (j * 8 + g) * C::SREC + C::ROPE);
+          mma_bf16(ra[j], a, *reinterpret_cast<const uint32_t *>(rope + d0),
+                   *reinterpret_cast<const uint32_t *>(rope + d0 + 8));
+        }
       }
-      const bool v0 = valid[st * kSub + warp * 8 + 2 * q4] != 0;
-      const bool v1 = valid[st * kSub + warp * 8 + 2 * q4 + 1] != 0;
-      sc[0] = v0 ? (sc[0] * qs0 + ra[0]) * p.scale_log2 : kNegInf;
-      sc[1] = v1 ? (sc[1] * qs0 + ra[1]) * p.scale_log2 : kNegInf;
-      sc[2] = v0 ? (sc[2] * qs1 + ra[2]) * p.scale_log2 : kNegInf;
-      sc[3] = v1 ? (sc[3] * qs1 + ra[3]) * p.scale_log2 : kNegInf;
+      /* partial score of this warp: S_w[row][cand], stored for every warp to read */
+      float *Sw = P + warp * kHeads * DSK_MLA_P_STRIDE;
+#pragma unroll
+      for (int j = 0; j < 4; j++) {
+        const int cc = j * 8 + 2 * q4;
+        *reinterpret_cast<float2 *>(Sw + g * DSK_MLA_P_STRIDE + cc) =
+            make_float2(part[j][0] * qs0 + ra[j][0], part[j][1] * qs0 + ra[j][1]);
+        *reinterpret_cast<float2 *>(Sw + (g + 8) * DSK_MLA_P_STRIDE + cc) =
+            make_float2(part[j][2] * qs1 + ra[j][2], part[j][3] * qs1 + ra[j][3]);
+      }
     }
+    __syncthreads();
 
-    /* ---- online softmax across the 4 warps */
-    float mx0 = fmaxf(sc[0], sc[1]), mx1 = fmaxf(sc[2], sc[3]);
+    /* ---- softmax, computed by every warp for the 16 (row, candidate)
+     * pairs each thread needs as its PV A fragments: rows g, g+8 and
+     * candidates 16*ks + 8*hi + 2*q4 + {0,1}. Same inputs, same operations:
+     * every warp holds identical values. */
+    float pv[2][2][2][2]; /* [ks][hi][row][pair] */
+    {
+      float sc[2][2][2][2];
+      float mx0 = kNegInf, mx1 = kNegInf;
 #pragma unroll
-    for (int o = 1; o <= 2; o <<= 1) {
-      mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, o));
-      mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, o));
-    }
-    if (q4 == 0) {
-      red_max[warp * kHeads + g] = mx0;
-      red_max[warp * kHeads + g + 8] = mx1;
-    }
-    __syncthreads();
-    float cm0 = red_max[g], cm1 = red_max[g + 8];
+      for (int ks = 0; ks < 2; ks++)
 #pragma unroll
-    for (int w = 1; w < DSK_MLA_WARPS; w++) {
-      cm0 = fmaxf(cm0, red_max[w * kHeads + g]);
-      cm1 = fmaxf(cm1, red_max[w * kHeads + g + 8]);
+        for (int hi = 0; hi < 2; hi++) {
+          const int cc = ks * 16 + hi * 8 + 2 * q4;
+          float2 s0 = make_float2(0.f, 0.f), s1 = make_float2(0.f, 0.f);
+#pragma unroll
+          for (int w = 0; w < DSK_MLA_WARPS; w++) {
+            const float *Sw = P + w * kHeads * DSK_MLA_P_STRIDE;
+            const float2 x0 = *reinterpret_cast<const float2 *>(Sw + g * DSK_MLA_P_STRIDE + cc);
+            const float2 x1 = *reinterpret_cast<const float2 *>(Sw + (g + 8) * DSK_MLA_P_STRIDE + cc);
+            s0.x += x0.x;
+            s0.y += x0.y;
+            s1.x += x1.x;
+            s1.y += x1.y;
+          }
+          const bool v0 = valid[st * kSub + cc] != 0, v1 = valid[st * kSub + cc + 1] != 0;
+          sc[ks][hi][0][0] = v0 ? s0.x * p.scale_log2 : kNegInf;
+          sc[ks][hi][0][1] = v1 ? s0.y * p.scale_log2 : kNegInf;
+          sc[ks][hi][1][0] = v0 ? s1.x * p.scale_log2 : kNegInf;
+          sc[ks][hi][1][1] = v1 ? s1.y * p.scale_log2 : kNegInf;
+          mx0 = fmaxf(mx0, fmaxf(sc[ks][hi][0][0], sc[ks][hi][0][1]));
+          mx1 = fmaxf(mx1, fmaxf(sc[ks][hi][1][0], sc[ks][hi][1][1]));
+        }
+#pragma unroll
+      for (int o = 1; o <= 2; o <<= 1) {
+        mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, o));
+        mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, o));
+      }
+      const float mn[2] = {fmaxf(m2[0], mx0), fmaxf(m2[1], mx1)};
+      float al[2];
+#pragma unroll
+      for (int r = 0; r < 2; r++) {
+        al[r] = mn[r] == kNegInf ? 1.f : fast_exp2(m2[r] - mn[r]);
+        m2[r] = mn[r];
+        lsum[r] *= al[r];
+      }
+#pragma unroll
+      for (int ks = 0; ks < 2; ks++)
+#pragma unroll
+        for (int hi = 0; hi < 2; hi++)
+#pragma unroll
+          for (int r = 0; r < 2; r++)
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+              const float x = sc[ks][hi][r][e];
+              const float pr = x == kNegInf ? 0.f : fast_exp2(x - mn[r]);
+              pv[ks][hi][r][e] = pr;
+              lsum[r] += pr;
+            }
+      /* rescale the output accumulators by the max change (R is applied
+       * below); skipped when no row max of the warp moved */
+      if (!__all_sync(0xffffffffu, al[0] == 1.f && al[1] == 1.f))
+#pragma unroll
+      for (int hh = 0; hh < 2; hh++)
+#pragma unroll
+        for (int j = 0; j < 8; j++) {
+          acc[hh][j][0] *= al[0];
+          acc[hh][j][1] *= al[0];
+          acc[hh][j][2] *= al[1];
+          acc[hh][j][3] *= al[1];
+        }
     }
-    const float mn0 = fmaxf(m2[0], cm0), mn1 = fmaxf(m2[1], cm1);
-    const float al0 = mn0 == kNegInf ? 1.f : exp2f(m2[0] - mn0);
-    const float al1 = mn1 == kNegInf ? 1.f : exp2f(m2[1] - mn1);
-    m2[0] = mn0;
-    m2[1] = mn1;
-    const float p0 = sc[0] == kNegInf ? 0.f : exp2f(sc[0] - mn0);
-    const float p1 = sc[1] == kNegInf ? 0.f : exp2f(sc[1] - mn0);
-    const float p2 = sc[2] == kNegInf ? 0.f : exp2f(sc[2] - mn1);
-    const float p3 = sc[3] == kNegInf ? 0.f : exp2f(sc[3] - mn1);
-    lsum[0] = lsum[0] * al0 + p0 + p1;
-    lsum[1] = lsum[1] * al1 + p2 + p3;
-    *reinterpret_cast<float2 *>(P + g * DSK_MLA_P_STRIDE + warp * 8 + 2 * q4) = make_float2(p0, p1);
-    *reinterpret_cast<float2 *>(P + (g + 8) * DSK_MLA_P_STRIDE + warp * 8 + 2 * q4) = make_float2(p2, p3);
-    __syncthreads();
 
     /* ---- PV: this warp's two 64-dim halves */
 #pragma unroll
@@ -375,34 +486,27 @@ __global__ void __launch_bounds__(kThreads) sparse_mla_kernel(const Params p) {
       const int db = warp * 128 + hh * 64; /* first output dim of the half */
       const bool rope_half = F == 2 && db >= 448;
       const int tile = F == 1 ? warp : (db / 64);
-      float f0 = al0, f1 = al1, inv = 1.f;
+      float inv = 1.f;
       if (!rope_half) {
         const float s_lane = tile_scale<F>(kb + lane * C::SREC, tile); /* candidate `lane` */
         const float rnew = fmaxf(R[hh], warp_max(s_lane));
         const float keep = rnew > 0.f ? R[hh] / rnew : 0.f;
         inv = rnew > 0.f ? 1.f / rnew : 0.f;
         R[hh] = rnew;
-        f0 *= keep;
-        f1 *= keep;
-      }
+        if (keep != 1.f) {
 #pragma unroll
-      for (int j = 0; j < 8; j++) {
-        acc[hh][j][0] *= f0;
-        acc[hh][j][1] *= f0;
-        acc[hh][j][2] *= f1;
-        acc[hh][j][3] *= f1;
+          for (int j = 0; j < 8; j++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) acc[hh][j][e] *= keep;
+        }
       }
 #pragma unroll
       for (int ks = 0; ks < 2; ks++) {
         const int ca = ks * 16 + 2 * q4; /* candidates ca, ca+1 (b0) and ca+8, ca+9 (b1) */
-        const float2 pa0 = *reinterpret_cast<const float2 *>(P + g * DSK_MLA_P_STRIDE + ca);
-        const float2 pa1 = *reinterpret_cast<const float2 *>(P + (g + 8) * DSK_MLA_P_STRIDE + ca);
-        const float2 pa2 = *reinterpret_cast<const float2 *>(P + g * DSK_MLA_P_STRIDE + ca + 8);
-        const float2 pa3 = *reinterpret_cast<const float2 *>(P + (g + 8) * DSK_MLA_P_STRIDE + ca + 8);
         const uint8_t *r0 = kb + ca * C::SREC, *r1 = r0 + C::SREC, *r2 = r0 + 8 * C::SREC, *r3 = r2 + C::SREC;
         if (rope_half) {
-          const uint32_t a[4] = {pack_bf16(pa0.x, pa0.y), pack_bf16(pa1.x, pa1.y), pack_bf16(pa2.x, pa2.y),
-                                 pack_bf16(pa3.x, pa3.y)};
+          const uint32_t a[4] = {pack_bf16(pv[ks][0][0][0], pv[ks][0][0][1]), pack_bf16(pv[ks][0][1][0], pv[ks][0][1][1]),
+                                 pack_bf16(pv[ks][1][0][0], pv[ks][1][0][1]), pack_bf16(pv[ks][1][1][0], pv[ks][1][1][1])};
           const int off = C::ROPE + 2 * (db - 448 + 8 * g);
           const uint4 v0 = *reinterpret_cast<const uint4 *>(r0 + off), v1 = *reinterpret_cast<const uint4 *>(r1 + off);
           const uint4 v2 = *reinterpret_cast<const uint4 *>(r2 + off), v3 = *reinterpret_cast<const uint4 *>(r3 + off);
@@ -418,8 +522,10 @@ __global__ void __launch_bounds__(kThreads) sparse_mla_kernel(const Params p) {
         } else {
           const float s0 = tile_scale<F>(r0, tile) * inv, s1 = tile_scale<F>(r1, tile) * inv;
           const float s2 = tile_scale<F>(r2, tile) * inv, s3 = tile_scale<F>(r3, tile) * inv;
-          const uint32_t a[4] = {pack_f16(pa0.x * s0, pa0.y * s1), pack_f16(pa1.x * s0, pa1.y * s1),
-                                 pack_f16(pa2.x * s2, pa2.y * s3), pack_f16(pa3.x * s2, pa3.y * s3)};
+          const uint32_t a[4] = {pack_f16(pv[ks][0][0][0] * s0, pv[ks][0][0][1] * s1),
+                                 pack_f16(pv[ks][0][1][0] * s0, pv[ks][0][1][1] * s1),
+                                 pack_f16(pv[ks][1][0][0] * s2, pv[ks][1][0][1] * s3),
+                                 pack_f16(pv[ks][1][1][0] * s2, pv[ks][1][1][1] * s3)};
           const int off = db + 8 * g;
           const uint2 v0 = *reinterpret_cast<const uint2 *>(r0 + off), v1 = *reinterpret_cast<const uint2 *>(r1 + off);
           const uint2 v2 = *reinterpret_cast<const uint2 *>(r2 + off), v3 = *reinterpret_cast<const uint2 *>(r3 + off);
@@ -434,27 +540,17 @@ __global__ void __launch_bounds__(kThreads) sparse_mla_kernel(const Params p) {
         }
       }
     }
-    __syncthreads(); /* stage st, P and red_max are reused */
+    __syncthreads(); /* the stage buffer and the partial scores are reused */
   }
   cp_async_wait<0>();
 
-  /* ---- finish: total row sums, then output or partials */
-  float ls0 = lsum[0], ls1 = lsum[1];
+  /* ---- finish: row sums over the 4 lanes of a row (every warp holds the
+   * same softmax state), then output or partials */
+  float l[2] = {lsum[0], lsum[1]};
 #pragma unroll
   for (int o = 1; o <= 2; o <<= 1) {
-    ls0 += __shfl_xor_sync(0xffffffffu, ls0, o);
-    ls1 += __shfl_xor_sync(0xffffffffu, ls1, o);
-  }
-  if (q4 == 0) {
-    red_sum[warp * kHeads + g] = ls0;
-    red_sum[warp * kHeads + g + 8] = ls1;
-  }
-  __syncthreads();
-  float l[2] = {0.f, 0.f};
-#pragma unroll
-  for (int w = 0; w < DSK_MLA_WARPS; w++) {
-    l[0] += red_sum[w * kHeads + g];
-    l[1] += red_sum[w * kHeads + g + 8];
+    l[0] += __shfl_xor_sync(0xffffffffu, l[0], o);
+    l[1] += __shfl_xor_sync(0xffffffffu, l[1], o);
   }
 #pragma unroll
   for (int rr = 0; rr < 2; rr++) {
@@ -601,8 +697,6 @@ dsk_status launch(dsk_ctx *ctx, const dsk_sparse_mla_desc *d, const dsk_tactic *
   if (smem > st->smem_optin)
     return dsk__fail(DSK_STATUS_UNSUPPORTED, "sparse_mla_decode: kernel needs %d B of shared memory, device allows %lld",
                      smem, (long long)st->smem_optin);
-  DSK_CUDA_TRY("sparse_mla_decode",
-               cudaFuncSetAttribute(sparse_mla_kernel<F>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
   const int64_t blocks_x = d->T * p.nhg;
   if (blocks_x > 2147483647LL || p.splits > 65535)
     return dsk__fail(DSK_STATUS_UNSUPPORTED, "sparse_mla_decode: grid %lld x %d is too large", (long long)blocks_x,
@@ -633,29 +727,37 @@ extern "C" int64_t dsk__cuda_sparse_mla_workspace(const dsk_ctx *ctx, const dsk_
   return d->T * d->H * (int64_t)splits * (512 + 1) * 4;
 }
 
+extern "C" dsk_status dsk__cuda_sparse_mla_setup(dsk_cuda_state *st) {
+  const int fmts[2] = {DSK_KV_FORMAT_A656, DSK_KV_FORMAT_B584};
+  for (int i = 0; i < 2; i++) {
+    const int f = fmts[i];
+    const int smem = (int)dsk__cuda_sparse_mla_smem_bytes((dsk_kv_format)f);
+    st->mla_ctas_per_sm[f] = 1;
+    if (smem > st->smem_optin) continue; /* the launch reports it */
+    cudaError_t e = f == DSK_KV_FORMAT_A656
+                        ? cudaFuncSetAttribute(sparse_mla_kernel<1>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem)
+                        : cudaFuncSetAttribute(sparse_mla_kernel<2>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+    if (e != cudaSuccess) {
+      cudaGetLastError();
+      return dsk__fail(DSK_STATUS_DEVICE, "dsk_ctx_create: cudaFuncSetAttribute (sparse_mla_decode): %s",
+                       cudaGetErrorString(e));
+    }
+    int n = 0;
+    e = f == DSK_KV_FORMAT_A656
+            ? cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, sparse_mla_kernel<1>, kThreads, (size_t)smem)
+            : cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, sparse_mla_kernel<2>, kThreads, (size_t)smem);
+    if (e != cudaSuccess) cudaGetLastError();
+    /* cuda-sm120: 128 KB of shared memory per SM holds one CTA */
+    st->mla_ctas_per_sm[f] = st->sm120_table ? 1 : (n > 0 ? n : 1);
+  }
+  st->mla_ready = 1;
+  return DSK_STATUS_OK;
+}
+
 extern "C" int dsk__cuda_sparse_mla_ctas_per_sm(const dsk_ctx *ctx, const dsk_sparse_mla_desc *d) {
   const dsk_cuda_state *st = dsk__cuda_state(ctx);
-  const int64_t smem = dsk__cuda_sparse_mla_smem_bytes(d->format);
-  if (smem <= 0) return 1;
-  if (st->sm120_table) return 1; /* SM120: 128 KB of shared memory per SM, ~64 KB per CTA */
-  /* The occupancy query honours the dynamic shared-memory limit only once
-   * it has been raised, so raise it first (the launch does the same). */
-  cudaError_t e = d->format == DSK_KV_FORMAT_A656
-                      ? cudaFuncSetAttribute(sparse_mla_kernel<1>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem)
-                      : cudaFuncSetAttribute(sparse_mla_kernel<2>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
-  if (e != cudaSuccess) {
-    cudaGetLastError();
-    return 1;
-  }
-  int n = 0;
-  e = d->format == DSK_KV_FORMAT_A656
-                      ? cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, sparse_mla_kernel<1>, kThreads, (size_t)smem)
-                      : cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, sparse_mla_kernel<2>, kThreads, (size_t)smem);
-  if (e != cudaSuccess) {
-    cudaGetLastError();
-    return 1;
-  }
-  return n > 0 ? n : 1;
+  const int f = (int)d->format;
+  return (f == DSK_KV_FORMAT_A656 || f == DSK_KV_FORMAT_B584) ? st->mla_ctas_per_sm[f] : 1;
 }
 
 extern "C" dsk_status dsk__cuda_sparse_mla_decode(dsk_ctx *ctx, const dsk_sparse_mla_desc *d, const dsk_tactic *t) {

@@ -10,7 +10,9 @@
 #define DSK_MLA_THREADS (32 * DSK_MLA_WARPS)
 #define DSK_MLA_SUB 32     /* candidates per pipeline stage */
 #define DSK_MLA_CHUNK 64   /* candidates per tactic chunk (2 stages) */
-#define DSK_MLA_STAGES 2
+#ifndef DSK_MLA_STAGES
+#define DSK_MLA_STAGES 2   /* cp.async pipeline depth (stages of DSK_MLA_SUB candidates) */
+#endif
 
 /* Per format (1 = A656, 2 = B584): shared record stride (bytes), Q nope row
  * stride (f16 elements, padded so ldmatrix-free 8-byte loads are
@@ -19,16 +21,17 @@
 #define DSK_MLA_NOPE(f) ((f) == 1 ? 512 : 448)
 #define DSK_MLA_QN_STRIDE(f) ((f) == 1 ? 528 : 464)
 #define DSK_MLA_QR_STRIDE 72 /* bf16 elements per rope row of Q */
-#define DSK_MLA_P_STRIDE 40  /* fp32 per row of P */
+#define DSK_MLA_P_STRIDE 40  /* fp32 per row of the partial-score buffer */
 
 /* Byte offsets of the regions; all multiples of 16. */
 #define DSK_MLA_OFF_KV 0
 #define DSK_MLA_OFF_QN(f) (DSK_MLA_OFF_KV + DSK_MLA_STAGES * DSK_MLA_SUB * DSK_MLA_SREC(f))
 #define DSK_MLA_OFF_QR(f) (DSK_MLA_OFF_QN(f) + DSK_MLA_HEADS * DSK_MLA_QN_STRIDE(f) * 2)
 #define DSK_MLA_OFF_P(f) (DSK_MLA_OFF_QR(f) + DSK_MLA_HEADS * DSK_MLA_QR_STRIDE * 2)
-#define DSK_MLA_OFF_RED(f) (DSK_MLA_OFF_P(f) + DSK_MLA_HEADS * DSK_MLA_P_STRIDE * 4)
-/* red: max[WARPS][HEADS], sum[WARPS][HEADS], qscale[HEADS] fp32; valid[STAGES][SUB] int32 */
-#define DSK_MLA_OFF_VALID(f) (DSK_MLA_OFF_RED(f) + (2 * DSK_MLA_WARPS + 1) * DSK_MLA_HEADS * 4)
+/* P: partial scores of each warp, fp32 [WARPS][HEADS][P_STRIDE] */
+#define DSK_MLA_OFF_RED(f) (DSK_MLA_OFF_P(f) + DSK_MLA_WARPS * DSK_MLA_HEADS * DSK_MLA_P_STRIDE * 4)
+/* red: qscale[HEADS] fp32; then valid[STAGES][SUB] int32 */
+#define DSK_MLA_OFF_VALID(f) (DSK_MLA_OFF_RED(f) + DSK_MLA_HEADS * 4)
 #define DSK_MLA_SMEM_BYTES(f) (DSK_MLA_OFF_VALID(f) + DSK_MLA_STAGES * DSK_MLA_SUB * 4)
 
 #endif
