@@ -137,9 +137,18 @@ typedef enum dsk_op {
   DSK_OP_KV_WRITE = 1,
   DSK_OP_KV_READ = 2,
   DSK_OP_SLOT_LIST = 3,
-  DSK_OP_SPARSE_MLA_DECODE = 4
+  DSK_OP_SPARSE_MLA_DECODE = 4,
+  DSK_OP_MHC_PRENORM = 20, /* mHC (DeepSeek-V4) */
+  DSK_OP_MHC_PRE = 21,
+  DSK_OP_MHC_POST = 22,
+  DSK_OP_MHC_HEAD = 23,
+  DSK_OP_INDEXER_LOGITS = 30, /* lightning indexer */
+  DSK_OP_TOPK = 31,
+  DSK_OP_INDEXER_SLOTS = 32   /* dsk_indexer_topk_slots */
 } dsk_op;
-/* "kv_write", "kv_read", "slot_list", "sparse_mla_decode"; NULL if unknown. */
+/* "kv_write", "kv_read", "slot_list", "sparse_mla_decode", "mhc_prenorm",
+ * "mhc_pre", "mhc_post", "mhc_head", "indexer_logits", "topk",
+ * "indexer_topk_slots"; NULL if unknown. */
 DSK_API const char *dsk_op_name(dsk_op op);
 
 typedef struct dsk_backend_info {
@@ -322,6 +331,277 @@ typedef struct dsk_sparse_mla_desc {
 DSK_API dsk_status dsk_sparse_mla_decode_plan(dsk_ctx *ctx, const dsk_sparse_mla_desc *desc,
                                               dsk_plan_info *info);
 DSK_API dsk_status dsk_sparse_mla_decode(dsk_ctx *ctx, const dsk_sparse_mla_desc *desc);
+
+/* ------------------------------------------------- mHC (DeepSeek-V4 only) */
+/* mHC (manifold-constrained hyper-connections) is DeepSeek-V4's residual
+ * path: 4 residual streams R [T, 4, D] (bf16) are mixed around every
+ * sublayer (spec/mhc.md; docs/mhc.md). One sublayer is
+ *
+ *   dsk_mhc_prenorm  R, fn [24, nD]      -> partials (d [S, T, 24], q [S, T])
+ *   dsk_mhc_pre      partials, R, ...    -> y [T, D] (optionally RMS-normed),
+ *                                           post [T, 4], C [T, 4, 4]
+ *   (the sublayer: attention or FFN on y gives out [T, D])
+ *   dsk_mhc_post     out, R, post, C     -> R' [T, 4, D] (may be in place)
+ *
+ * and dsk_mhc_head collapses the streams before the final norm and head.
+ * nD = 4 * D (4096 -> 16 384 for DSv4-Flash, 7168 -> 28 672 for Pro).
+ *
+ * The projection runs in S column splits (split-K). S is a run-time field
+ * (`fixed_splits`), never a compile-time shape: 0 = tuned entry for the T
+ * bucket, else the heuristic; 1..dsk_mhc_max_splits(nD) pins it. S changes
+ * the fp32 summation order, so a pinned S gives batch-invariant bits while
+ * 0 lets the bits depend on T. dsk_mhc_pre must be given the same
+ * fixed_splits (0 resolves to the same S for the same context and T).
+ * Op ids: DSK_OP_MHC_PRENORM .. DSK_OP_MHC_HEAD. */
+#define DSK_MHC_STREAMS 4           /* n = hc_mult */
+#define DSK_MHC_MIX 24              /* n(n+2): 4 pre + 4 post + 16 comb logits */
+#define DSK_MHC_SPLIT_ALIGN 64      /* split width Kc is a multiple of this */
+#define DSK_MHC_MAX_D 16384         /* D is 8..16384, a multiple of 8 */
+#define DSK_MHC_TACTIC_VERSION 1    /* tactic: v[0] = S, v[1..5] = 0 */
+/* DSv4 constants: config.json hc_eps, rms_norm_eps, hc_sinkhorn_iters; the
+ * post multiplier 2.0 is not in config.json (vLLM's hc_post_alpha). */
+#define DSK_MHC_DEFAULT_EPS 1e-6f
+#define DSK_MHC_DEFAULT_SINKHORN_ITERS 20
+#define DSK_MHC_DEFAULT_POST_MULT 2.0f
+
+/* Precision of the projection (fn . x). A descriptor field, never a tactic:
+ * tuning does not change it. FP32 (default): fp32 products and sums. TF32
+ * (opt-in): fn rounded to TF32 (10 mantissa bits, nearest, ties away);
+ * bf16 x is exact in TF32; looser bound (spec/mhc.md §7). */
+typedef enum dsk_mhc_precision {
+  DSK_MHC_PRECISION_FP32 = 0,
+  DSK_MHC_PRECISION_TF32 = 1
+} dsk_mhc_precision;
+
+/* S_max = max(1, floor(ceil(nD / 64) / 4)): 64 for nD 16 384, 112 for
+ * 28 672. 0 if nD < 1. */
+DSK_API int64_t dsk_mhc_max_splits(int64_t nD);
+/* The heuristic split count (vLLM's rule, block_m 64):
+ * S = clamp(floor(sm_count / ceil(T / 64)), 1, S_max). 0 if nD < 1 or T < 0;
+ * T = 0 counts as 1 token, sm_count < 1 as 1. */
+DSK_API int64_t dsk_mhc_splits_heuristic(int64_t nD, int64_t T, int sm_count);
+/* Split width Kc = round_up(ceil(nD / S), 64); split s covers columns
+ * [s*Kc, min((s+1)*Kc, nD)) (splits past nD are empty and write zeros).
+ * 0 if nD < 1 or S < 1. */
+DSK_API int64_t dsk_mhc_split_width(int64_t nD, int64_t S);
+
+/* Partials of the split projection: one fp32 buffer, d = partials[0,
+ * S*T*24) as [S, T, 24] (fn . x over split s, before the RMS factor), then
+ * q = partials[S*T*24, S*T*25) as [S, T] (sum of x^2 over split s).
+ * S*T*25*4 bytes; dsk_mhc_max_splits(nD)*T_max*100 bytes covers every call. */
+typedef struct dsk_mhc_prenorm_desc {
+  size_t struct_size;
+  void *stream;
+  int64_t T;                /* tokens; 0 = no-op */
+  int64_t D;                /* hidden size: 4096 (Flash), 7168 (Pro) */
+  int64_t nD;               /* must be 4 * D */
+  const dsk_bf16 *R; int64_t R_stride; /* [T, 4, D]: token t at R + t*R_stride (elements, >= nD),
+                                          x[i*D + d] = R[t, i, d] */
+  const float *fn;          /* [24, nD] hc_attn_fn / hc_ffn_fn, row-major */
+  int32_t fixed_splits;     /* S: 0 = tuned entry else heuristic; 1..dsk_mhc_max_splits(nD) */
+  dsk_mhc_precision precision;
+  float *partials; int64_t partials_bytes; /* out, >= S*T*25*4 (dsk_mhc_prenorm_plan) */
+} dsk_mhc_prenorm_desc;
+
+/* Writes the partials bytes (workspace_bytes), the resolved S (tactic.v[0])
+ * and its source. Validates every field except partials / partials_bytes. */
+DSK_API dsk_status dsk_mhc_prenorm_plan(dsk_ctx *ctx, const dsk_mhc_prenorm_desc *desc, dsk_plan_info *info);
+DSK_API dsk_status dsk_mhc_prenorm(dsk_ctx *ctx, const dsk_mhc_prenorm_desc *desc);
+
+/* Per token: sums the S partials in ascending s, r = rsqrt(sum q / nD +
+ * eps_rms), m = d * r; pre_i = sigmoid(m_i s0 + b_i) + eps_hc, post_i =
+ * post_mult * sigmoid(m_{4+i} s1 + b_{4+i}), C = Sinkhorn(m_{8+4i+j} s2 +
+ * b_{8+4i+j}) (sinkhorn_iters rounds, ending on a column normalisation);
+ * y = bf16(sum_i pre_i R[t, i, :]). With norm_w, y is then RMS-normalised:
+ * y = bf16(norm_w * (float(y_bf16) * rsqrt(mean(y_bf16^2) + norm_eps))). */
+typedef struct dsk_mhc_pre_desc {
+  size_t struct_size;
+  void *stream;
+  int64_t T, D, nD;         /* as in dsk_mhc_prenorm_desc */
+  int32_t fixed_splits;     /* the value given to dsk_mhc_prenorm */
+  const float *partials; int64_t partials_bytes; /* written by dsk_mhc_prenorm */
+  const dsk_bf16 *R; int64_t R_stride; /* [T, 4, D], as for prenorm */
+  const float *scale;       /* [3] s0 (pre), s1 (post), s2 (comb) */
+  const float *base;        /* [24] b */
+  float eps_rms;            /* > 0: rms_norm_eps (1e-6) */
+  float eps_hc;             /* >= 0: hc_eps (1e-6), added to pre and inside Sinkhorn */
+  int32_t sinkhorn_iters;   /* 1..1000: hc_sinkhorn_iters (20) */
+  float post_mult;          /* finite: 2.0 for DSv4 */
+  const float *norm_w;      /* [D] or NULL: fuse the sublayer RMSNorm (attn_norm / ffn_norm) */
+  float norm_eps;           /* > 0 when norm_w is set (rms_norm_eps) */
+  dsk_bf16 *y; int64_t y_stride; /* out [T, D]; must not overlap R */
+  float *post;              /* out [T, 4] */
+  float *C;                 /* out [T, 4, 4], C[t, i, j] row-major */
+  float *pre_w;             /* out [T, 4] or NULL: the pre weights (tests, debugging) */
+} dsk_mhc_pre_desc;
+DSK_API dsk_status dsk_mhc_pre(dsk_ctx *ctx, const dsk_mhc_pre_desc *desc);
+
+/* R'[t, j, :] = bf16(post[t, j] * out[t, :] + sum_i C[t, i, j] * R[t, i, :])
+ * (column j of C; fp32 or better, one rounding). In place when R_out == R
+ * and R_out_stride == R_stride; any other overlap of R_out with R or out is
+ * rejected. */
+typedef struct dsk_mhc_post_desc {
+  size_t struct_size;
+  void *stream;
+  int64_t T, D;             /* tokens (0 = no-op); hidden size */
+  const dsk_bf16 *out; int64_t out_stride; /* sublayer output [T, D] */
+  const dsk_bf16 *R; int64_t R_stride;     /* [T, 4, D] */
+  const float *post;        /* [T, 4] from dsk_mhc_pre */
+  const float *C;           /* [T, 4, 4] from dsk_mhc_pre */
+  dsk_bf16 *R_out; int64_t R_out_stride;   /* out [T, 4, D] */
+} dsk_mhc_post_desc;
+DSK_API dsk_status dsk_mhc_post(dsk_ctx *ctx, const dsk_mhc_post_desc *desc);
+
+/* hc_head: m = (fn . x) * r (4 rows), pre_i = sigmoid(m_i s + b_i) + eps_hc,
+ * h = bf16(sum_i pre_i R[t, i, :]); the same split projection as prenorm
+ * (its partials, S*T*5 floats, live in the workspace). */
+typedef struct dsk_mhc_head_desc {
+  size_t struct_size;
+  void *stream;
+  int64_t T, D, nD;         /* as in dsk_mhc_prenorm_desc */
+  const dsk_bf16 *R; int64_t R_stride;
+  const float *fn;          /* [4, nD] hc_head_fn */
+  const float *scale;       /* [1] hc_head_scale */
+  const float *base;        /* [4] hc_head_base */
+  float eps_rms;            /* > 0 (1e-6) */
+  float eps_hc;             /* >= 0 (1e-6) */
+  int32_t fixed_splits;     /* as for prenorm */
+  dsk_mhc_precision precision;
+  dsk_bf16 *h; int64_t h_stride; /* out [T, D]; must not overlap R */
+  void *workspace; int64_t workspace_bytes; /* >= S*T*5*4 (dsk_mhc_head_plan) */
+} dsk_mhc_head_desc;
+DSK_API dsk_status dsk_mhc_head_plan(dsk_ctx *ctx, const dsk_mhc_head_desc *desc, dsk_plan_info *info);
+DSK_API dsk_status dsk_mhc_head(dsk_ctx *ctx, const dsk_mhc_head_desc *desc);
+
+/* Zero a descriptor and set struct_size, precision FP32, fixed_splits 0 and
+ * the DSv4 constants above (eps fields, iterations, post multiplier). */
+DSK_API void dsk_mhc_prenorm_desc_init(dsk_mhc_prenorm_desc *desc);
+DSK_API void dsk_mhc_pre_desc_init(dsk_mhc_pre_desc *desc);
+DSK_API void dsk_mhc_post_desc_init(dsk_mhc_post_desc *desc);
+DSK_API void dsk_mhc_head_desc_init(dsk_mhc_head_desc *desc);
+
+/* ------------------------------------------------------ lightning indexer */
+/* Indexer scores, top-k selection and the fused path to slot lists of
+ * DeepSeek-V3.2, GLM-5.1 and DeepSeek-V4 (spec/indices.md §9, §2, §4, §6;
+ * docs/indexer.md). Op ids: DSK_OP_INDEXER_LOGITS, DSK_OP_TOPK,
+ * DSK_OP_INDEXER_SLOTS (dsk_indexer_topk_slots). */
+#define DSK_INDEXER_DIM 128   /* indexer head dim (q and key length) */
+#define DSK_TOPK_MAX_K 2048   /* largest K of dsk_topk and the fused path */
+
+/* Scores of every causal candidate of each query row (indices.md §9):
+ *
+ *   out[t, s] = k_scale[s] * sum_h weights[t, h] * q_scale[t, h]
+ *                                  * ReLU( sum_d q[t, h, d] * k[s, d] )
+ *
+ * q and k are the e4m3 values; k[s] and k_scale[s] are the record of
+ * request-local entry s of row t's request, at slot map(req[t], s, pbs)
+ * of the key cache (format IDXK132, kv-cache.md §6). ReLU(x) = x < 0 ? 0 : x,
+ * so a NaN propagates into the score.
+ * Causal length L_t = (pos[t] + 1) / ratio (integer division), 0 for a
+ * padding row (slot_mapping[t] < 0) and for pos[t] < 0. Row t gets
+ * out[t, s] for s < min(L_t, ctx_width) and -inf for the rest of
+ * [0, ctx_width); stride gaps are never written.
+ * Bad data (counted, never an error):
+ *   counters[0] += entries s < min(L_t, ctx_width) of non-padding rows whose
+ *                  slot does not exist (req[t] outside [0, rows), block
+ *                  s / pbs >= max_blocks, page < 0) or whose page is
+ *                  >= cache.num_pages; they are scored -inf and not read;
+ *   counters[1] += non-padding rows with L_t > ctx_width (truncated).
+ * No workspace; accuracy per row: max |out - fp64 ref| <= 1e-5 * max |ref|. */
+typedef struct dsk_indexer_logits_desc {
+  size_t struct_size;
+  void *stream;
+  int64_t T;       /* query rows; 0 = no-op */
+  int64_t n_heads; /* 1..128 (64 or 32 in known models) */
+  /* e4m3 [T, n_heads, 128], byte strides (CUDA: q 16-byte aligned, strides multiples of 16) */
+  const uint8_t *q; int64_t q_stride_t, q_stride_h;
+  const float *q_scale; int64_t q_scale_stride_t; /* fp32 [T, n_heads], one positive scale per (t, h) */
+  /* fp32 [T, n_heads]: weights_proj(x_t)[h] * n_heads^-0.5 * 128^-0.5 (constants applied by the caller) */
+  const float *weights; int64_t weights_stride_t;
+  const int32_t *req;          /* [T] block-table row */
+  const int32_t *pos;          /* [T] absolute position of the query token */
+  const int32_t *slot_mapping; /* [T] < 0 marks a padding row */
+  dsk_block_table block_table; /* of the key cache */
+  int64_t ratio;               /* 1 (V3.2 / GLM raw tokens) or 4 (DSv4 C4A entries) */
+  dsk_kv_cache cache;          /* indexer key cache, DSK_KV_FORMAT_IDXK132 */
+  float *out; int64_t out_stride_t; /* fp32 [T, ctx_width] */
+  int64_t ctx_width;           /* candidates per row, 1 .. 2^31-1 */
+  int64_t *counters;           /* optional, 2 entries (above) */
+} dsk_indexer_logits_desc;
+DSK_API dsk_status dsk_indexer_logits(dsk_ctx *ctx, const dsk_indexer_logits_desc *desc);
+
+/* ------------------------------------------------------------------ top-k */
+/* Per row t: the K largest of scores[t, 0 .. L_t) as column numbers
+ * (request-local indices), ordered by score descending, ties (equal
+ * scores) lowest column first; columns >= L_t are ignored and never read.
+ * Order used: -0 equals +0, NaN ranks below -inf (a NaN or -inf column is
+ * still a candidate). min(L_t, K) columns are written, then -1 up to K.
+ * L_t = lens[t] clamped to [0, width] (lens NULL: width).
+ * Short-context shortcut (no_shortcut = 0): a row with L_t <= K gets
+ * 0, 1, ..., L_t - 1 in ascending column order without reading its scores
+ * (the set is exact; only the order differs from the score order). With
+ * no_shortcut = 1 such rows are sorted by score too.
+ * counters[0] += rows whose lens[t] was outside [0, width] (clamped). */
+typedef struct dsk_topk_desc {
+  size_t struct_size;
+  void *stream;
+  int64_t T;                             /* rows; 0 = no-op */
+  const float *scores; int64_t scores_stride_t; /* fp32 [T, width] */
+  int64_t width;                         /* 1 .. 2^31-1 */
+  const int32_t *lens;                   /* [T] valid length per row, or NULL (= width) */
+  int64_t K;                             /* 1 .. DSK_TOPK_MAX_K */
+  int no_shortcut;                       /* 0: rows with L_t <= K get 0..L_t-1 ascending; 1: sorted by score */
+  int32_t *out; int64_t out_stride_t;    /* int32 [T, K], -1 padded */
+  void *workspace; int64_t workspace_bytes; /* from dsk_topk_plan */
+  int64_t *counters;                     /* optional, 1 entry (above) */
+} dsk_topk_desc;
+DSK_API dsk_status dsk_topk_plan(dsk_ctx *ctx, const dsk_topk_desc *desc, dsk_plan_info *info);
+DSK_API dsk_status dsk_topk(dsk_ctx *ctx, const dsk_topk_desc *desc);
+
+/* --------------------------------------- fused: scores -> top-k -> slots */
+/* One call from indexer query to the sparse-decode slot list of one segment:
+ *   1. scores as dsk_indexer_logits (into the workspace);
+ *   2. top-k as dsk_topk with L_t = min((pos + 1) / ratio, ctx_width)
+ *      (0 for padding rows); with the shortcut (no_shortcut = 0) rows with
+ *      L_t <= K are not scored at all;
+ *   3. slots as dsk_slot_list_build of `kind` (DSK_SLOTS_TOPK: indices.md §2,
+ *      same column order, lens = non-negative outputs; DSK_SLOTS_C4A: §4,
+ *      valid slots compacted to the front, lens = their count), mapping
+ *      through slot_block_table with page size slot_pbs (the attention
+ *      cache's; it may differ from the key cache's block table).
+ * The result equals composing the three calls (same backend, same inputs).
+ * counters (optional, 3 entries): [0], [1] as dsk_indexer_logits (entries
+ * of rows skipped by the shortcut are not examined), [2] += rows whose req
+ * is outside slot_block_table (the builder's counter). */
+typedef struct dsk_indexer_topk_slots_desc {
+  size_t struct_size;
+  void *stream;
+  /* scores: fields as in dsk_indexer_logits_desc */
+  int64_t T, n_heads;
+  const uint8_t *q; int64_t q_stride_t, q_stride_h;
+  const float *q_scale; int64_t q_scale_stride_t;
+  const float *weights; int64_t weights_stride_t;
+  const int32_t *req, *pos, *slot_mapping;
+  dsk_block_table block_table; /* of the key cache */
+  int64_t ratio;               /* 1 or 4 */
+  dsk_kv_cache cache;          /* IDXK132 */
+  int64_t ctx_width;           /* candidates scored per row, >= 1 */
+  /* selection */
+  int64_t K;                   /* 1 .. DSK_TOPK_MAX_K */
+  int no_shortcut;             /* as dsk_topk */
+  int32_t *topk; int64_t topk_stride_t; /* optional [T, K]: the selected request-local indices */
+  /* slot list */
+  dsk_slot_list_kind kind;     /* DSK_SLOTS_TOPK or DSK_SLOTS_C4A */
+  dsk_block_table slot_block_table; /* of the cache the slots address; table NULL: block_table */
+  int64_t slot_pbs;            /* its page size; 0: cache.pbs */
+  int32_t *slots; int64_t slots_stride_t; /* int32 [T, K] */
+  int32_t *lens;               /* [T] or NULL */
+  void *workspace; int64_t workspace_bytes; /* from dsk_indexer_topk_slots_plan */
+  int64_t *counters;           /* optional, 3 entries (above) */
+} dsk_indexer_topk_slots_desc;
+DSK_API dsk_status dsk_indexer_topk_slots_plan(dsk_ctx *ctx, const dsk_indexer_topk_slots_desc *desc,
+                                               dsk_plan_info *info);
+DSK_API dsk_status dsk_indexer_topk_slots(dsk_ctx *ctx, const dsk_indexer_topk_slots_desc *desc);
 
 /* ------------------------------------------------------------- timing */
 /* Times a callable on the context's device: `warmup` untimed calls, then

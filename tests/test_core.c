@@ -80,6 +80,19 @@ static void test_version(void) {
   TU_CHECK(&counts, strcmp(dsk_op_name(DSK_OP_KV_READ), "kv_read") == 0, "kv_read");
   TU_CHECK(&counts, strcmp(dsk_op_name(DSK_OP_SLOT_LIST), "slot_list") == 0, "slot_list");
   TU_CHECK(&counts, strcmp(dsk_op_name(DSK_OP_SPARSE_MLA_DECODE), "sparse_mla_decode") == 0, "sparse");
+  static const struct {
+    dsk_op op;
+    const char *name;
+  } more[] = {{DSK_OP_MHC_PRENORM, "mhc_prenorm"},       {DSK_OP_MHC_PRE, "mhc_pre"},
+              {DSK_OP_MHC_POST, "mhc_post"},             {DSK_OP_MHC_HEAD, "mhc_head"},
+              {DSK_OP_INDEXER_LOGITS, "indexer_logits"}, {DSK_OP_TOPK, "topk"},
+              {DSK_OP_INDEXER_SLOTS, "indexer_topk_slots"}};
+  for (size_t i = 0; i < sizeof more / sizeof more[0]; i++)
+    TU_CHECK(&counts, dsk_op_name(more[i].op) && strcmp(dsk_op_name(more[i].op), more[i].name) == 0,
+             "op %d: '%s' != '%s'", (int)more[i].op, dsk_op_name(more[i].op) ? dsk_op_name(more[i].op) : "(null)",
+             more[i].name);
+  TU_CHECK(&counts, DSK_OP_MHC_PRENORM == 20 && DSK_OP_MHC_HEAD == 23 && DSK_OP_INDEXER_LOGITS == 30 &&
+                        DSK_OP_INDEXER_SLOTS == 32, "op ids");
   TU_CHECK(&counts, dsk_op_name((dsk_op)0) == NULL && dsk_op_name((dsk_op)99) == NULL, "unknown op names");
 }
 
@@ -604,6 +617,47 @@ static void test_op_supported(void) {
   rd.struct_size = sizeof rd;
   TU_CHECK_OK(&counts, dsk_op_supported(ctx, DSK_OP_KV_READ, &rd, &sup, reason, sizeof reason));
   TU_CHECK(&counts, sup == 0 && reason[0], "zero kv_read desc: %d '%s'", sup, reason);
+
+  /* the mHC and indexer ops answer through their validators and slots */
+  dsk_mhc_post_desc pd;
+  dsk_mhc_post_desc_init(&pd);
+  TU_CHECK_OK(&counts, dsk_op_supported(ctx, DSK_OP_MHC_POST, &pd, &sup, reason, sizeof reason));
+  TU_CHECK(&counts, sup == 1, "mhc_post T=0 no-op not supported: '%s'", reason);
+  pd.T = 1;
+  pd.D = 7;
+  TU_CHECK_OK(&counts, dsk_op_supported(ctx, DSK_OP_MHC_POST, &pd, &sup, reason, sizeof reason));
+  TU_CHECK(&counts, sup == 0 && strstr(reason, "mhc_post") && strstr(reason, "D 7"), "mhc_post D 7: %d '%s'", sup,
+           reason);
+  static float scores[8];
+  static int32_t top[2];
+  dsk_topk_desc kd2;
+  memset(&kd2, 0, sizeof kd2);
+  kd2.struct_size = sizeof kd2;
+  kd2.T = 1;
+  kd2.scores = scores;
+  kd2.scores_stride_t = 8;
+  kd2.width = 8;
+  kd2.K = 2;
+  kd2.out = top;
+  kd2.out_stride_t = 2;
+  TU_CHECK_OK(&counts, dsk_op_supported(ctx, DSK_OP_TOPK, &kd2, &sup, reason, sizeof reason));
+  TU_CHECK(&counts, sup == 1 && strstr(reason, "topk") && strstr(reason, "cpu-ref"), "valid topk: %d '%s'", sup,
+           reason);
+  kd2.K = 0;
+  TU_CHECK_OK(&counts, dsk_op_supported(ctx, DSK_OP_TOPK, &kd2, &sup, reason, sizeof reason));
+  TU_CHECK(&counts, sup == 0 && strstr(reason, "K 0"), "topk K 0: %d '%s'", sup, reason);
+  dsk_indexer_logits_desc ild;
+  memset(&ild, 0, sizeof ild);
+  ild.struct_size = sizeof ild;
+  ild.T = 1;
+  TU_CHECK_OK(&counts, dsk_op_supported(ctx, DSK_OP_INDEXER_LOGITS, &ild, &sup, reason, sizeof reason));
+  TU_CHECK(&counts, sup == 0 && strstr(reason, "indexer_logits"), "zero indexer_logits desc: %d '%s'", sup, reason);
+  dsk_indexer_topk_slots_desc fd;
+  memset(&fd, 0, sizeof fd);
+  fd.struct_size = sizeof fd;
+  TU_CHECK_OK(&counts, dsk_op_supported(ctx, DSK_OP_INDEXER_SLOTS, &fd, &sup, reason, sizeof reason));
+  TU_CHECK(&counts, sup == 1, "indexer_topk_slots T=0 no-op not supported: '%s'", reason);
+  TU_CHECK(&counts, dsk_last_error()[0] == 0, "dsk_op_supported left an error: '%s'", dsk_last_error());
 
   /* questions that cannot be answered */
   dsk_status st = dsk_op_supported(ctx, (dsk_op)77, &sd, &sup, reason, sizeof reason);

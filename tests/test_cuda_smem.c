@@ -1,6 +1,7 @@
 /* test_cuda_smem.c - every configuration of the portable decode kernel fits
  * SM120's opt-in shared memory (101,376 B), computed from the same
- * constants the kernel uses; no GPU needed. */
+ * constants the kernel uses; with the CUDA backend built, so do the mHC
+ * kernels and the indexer scores kernel (every n_heads). No GPU needed. */
 #include "backend/cuda/cuda_internal.h"
 #include "backend/cuda/sparse_mla_layout.h"
 #include "testutil.h"
@@ -26,6 +27,22 @@ int main(void) {
   TU_CHECK(&c, dsk__cuda_sparse_mla_smem_bytes(DSK_KV_FORMAT_A656) == DSK_MLA_SMEM_BYTES(1), "A mismatch");
   TU_CHECK(&c, dsk__cuda_sparse_mla_smem_bytes(DSK_KV_FORMAT_B584) == DSK_MLA_SMEM_BYTES(2), "B mismatch");
   TU_CHECK(&c, dsk__cuda_sparse_mla_smem_bytes(DSK_KV_FORMAT_IDXK132) == 0, "indexer format has no decode kernel");
+  {
+    const long mhc = (long)dsk__cuda_mhc_smem_bytes();
+    TU_CHECK(&c, mhc > 0 && mhc <= DSK_SM120_SMEM_LIMIT, "mHC: %ld B > %d", mhc, DSK_SM120_SMEM_LIMIT);
+    printf("mhc: %ld bytes of shared memory per block at most (limit %d)\n", mhc, DSK_SM120_SMEM_LIMIT);
+  }
+  {
+    long worst = 0;
+    for (int h = 1; h <= 128; h++) {
+      const long bytes = (long)dsk__cuda_indexer_logits_smem_bytes(h);
+      TU_CHECK(&c, bytes > 0 && bytes <= DSK_SM120_SMEM_LIMIT, "indexer_logits n_heads %d: %ld B > %d", h, bytes,
+               DSK_SM120_SMEM_LIMIT);
+      if (bytes > worst) worst = bytes;
+    }
+    printf("indexer_logits: %ld bytes of shared memory per CTA at most (n_heads 1..128, limit %d)\n", worst,
+           DSK_SM120_SMEM_LIMIT);
+  }
 #endif
   return tu_finish("test_cuda_smem", &c);
 }

@@ -11,6 +11,29 @@
 extern "C" {
 #endif
 
+/* The work of one top-k call, as the backends see it (src/ops/indexer.c
+ * builds it for dsk_topk and for the top-k stage of dsk_indexer_topk_slots).
+ * Row length L_t:
+ *   lens != NULL:           lens[t] clamped to [0, width] (clamps counted in counters[0])
+ *   else pos != NULL:       slot_mapping[t] < 0 ? 0 : max(pos[t] + 1, 0) / ratio, capped at width
+ *                           (the fused path; nothing counted)
+ *   else:                   width. */
+typedef struct dsk__topk_args {
+  void *stream;
+  int64_t T, width, K;
+  const float *scores;
+  int64_t scores_stride_t;
+  const int32_t *lens;
+  const int32_t *pos, *slot_mapping;
+  int64_t ratio;
+  int shortcut; /* 1: rows with L_t <= K get 0..L_t-1 without reading scores */
+  int32_t *out;
+  int64_t out_stride_t;
+  void *workspace;
+  int64_t workspace_bytes;
+  int64_t *counters; /* NULL or [0] += clamped lens */
+} dsk__topk_args;
+
 typedef struct dsk_backend {
   const char *name;
   const char *description;
@@ -37,6 +60,21 @@ typedef struct dsk_backend {
   /* Workspace bytes for a validated descriptor and a resolved tactic. */
   int64_t (*sparse_mla_workspace)(const dsk_ctx *ctx, const dsk_sparse_mla_desc *d, const dsk_tactic *t);
   dsk_status (*sparse_mla_decode)(dsk_ctx *ctx, const dsk_sparse_mla_desc *d, const dsk_tactic *t);
+  /* mHC (spec/mhc.md): T >= 1 and the split count resolved, t->v[0] = S
+   * (1..dsk_mhc_max_splits(nD)); dsk_mhc_pre gets the S of its prenorm. */
+  dsk_status (*mhc_prenorm)(dsk_ctx *ctx, const dsk_mhc_prenorm_desc *d, const dsk_tactic *t);
+  dsk_status (*mhc_pre)(dsk_ctx *ctx, const dsk_mhc_pre_desc *d, const dsk_tactic *t);
+  dsk_status (*mhc_post)(dsk_ctx *ctx, const dsk_mhc_post_desc *d);
+  dsk_status (*mhc_head)(dsk_ctx *ctx, const dsk_mhc_head_desc *d, const dsk_tactic *t);
+  /* Lightning indexer (spec/indices.md §9), T >= 1. src/ops/indexer.c
+   * composes dsk_indexer_topk_slots from these two ops and slot_list_build.
+   * Scores: skip_le >= 0 skips rows whose scored length min(L_t, ctx_width)
+   * is <= skip_le entirely (not written, their entries not examined; the
+   * truncation counter still counts them); -1: none. */
+  dsk_status (*indexer_logits)(dsk_ctx *ctx, const dsk_indexer_logits_desc *d, int64_t skip_le);
+  /* Workspace bytes of one top-k call (>= 0; NULL = none needed). */
+  int64_t (*topk_workspace)(const dsk_ctx *ctx, const dsk__topk_args *a);
+  dsk_status (*topk)(dsk_ctx *ctx, const dsk__topk_args *a);
   /* Timing (src/tune/bench.c drives them): fills samples_us[0..reps). */
   dsk_status (*bench_samples)(dsk_ctx *ctx, dsk_bench_fn fn, void *user, const dsk_bench_opts *o,
                               double *samples_us);

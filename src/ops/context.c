@@ -22,6 +22,13 @@ const char *dsk_op_name(dsk_op op) {
     case DSK_OP_KV_READ: return "kv_read";
     case DSK_OP_SLOT_LIST: return "slot_list";
     case DSK_OP_SPARSE_MLA_DECODE: return "sparse_mla_decode";
+    case DSK_OP_MHC_PRENORM: return "mhc_prenorm";
+    case DSK_OP_MHC_PRE: return "mhc_pre";
+    case DSK_OP_MHC_POST: return "mhc_post";
+    case DSK_OP_MHC_HEAD: return "mhc_head";
+    case DSK_OP_INDEXER_LOGITS: return "indexer_logits";
+    case DSK_OP_TOPK: return "topk";
+    case DSK_OP_INDEXER_SLOTS: return "indexer_topk_slots";
   }
   return NULL;
 }
@@ -184,6 +191,28 @@ dsk_status dsk_op_supported(dsk_ctx *ctx, dsk_op op, const void *desc, int *supp
     case DSK_OP_SPARSE_MLA_DECODE:
       st = dsk__sparse_mla_validate(ctx, (const dsk_sparse_mla_desc *)desc);
       has_slot = b->sparse_mla_decode != NULL;
+      break;
+    case DSK_OP_MHC_PRENORM:
+    case DSK_OP_MHC_PRE:
+    case DSK_OP_MHC_POST:
+    case DSK_OP_MHC_HEAD:
+      st = dsk__mhc_validate(ctx, (int)op, desc);
+      has_slot = op == DSK_OP_MHC_PRENORM ? b->mhc_prenorm != NULL
+                 : op == DSK_OP_MHC_PRE   ? b->mhc_pre != NULL
+                 : op == DSK_OP_MHC_POST  ? b->mhc_post != NULL
+                                          : b->mhc_head != NULL;
+      break;
+    case DSK_OP_INDEXER_LOGITS:
+      st = dsk__indexer_logits_validate(ctx, (const dsk_indexer_logits_desc *)desc);
+      has_slot = b->indexer_logits != NULL;
+      break;
+    case DSK_OP_TOPK:
+      st = dsk__topk_validate(ctx, (const dsk_topk_desc *)desc);
+      has_slot = b->topk != NULL;
+      break;
+    case DSK_OP_INDEXER_SLOTS: /* composed from the scores, top-k and slot-list slots */
+      st = dsk__indexer_topk_slots_validate(ctx, (const dsk_indexer_topk_slots_desc *)desc);
+      has_slot = b->indexer_logits != NULL && b->topk != NULL && b->slot_list_build != NULL;
       break;
     default:
       return dsk__fail(DSK_STATUS_INVALID_ARG, "dsk_op_supported: unknown op %d", (int)op);

@@ -13,6 +13,14 @@ dsk_status dsk__kv_write_validate(const dsk_ctx *ctx, const dsk_kv_write_desc *d
 dsk_status dsk__kv_read_validate(const dsk_ctx *ctx, const dsk_kv_read_desc *d);
 dsk_status dsk__slot_list_validate(const dsk_ctx *ctx, const dsk_slot_list_desc *d);
 dsk_status dsk__sparse_mla_validate(const dsk_ctx *ctx, const dsk_sparse_mla_desc *d);
+/* mhc.c: op = DSK_OP_MHC_*, desc points to that op's descriptor. Run-time
+ * checks included (partials and workspace sizes). */
+dsk_status dsk__mhc_validate(const dsk_ctx *ctx, int op, const void *desc);
+/* indexer.c. The workspace fields are not checked against the plan here
+ * (the run calls do that). */
+dsk_status dsk__indexer_logits_validate(const dsk_ctx *ctx, const dsk_indexer_logits_desc *d);
+dsk_status dsk__topk_validate(const dsk_ctx *ctx, const dsk_topk_desc *d);
+dsk_status dsk__indexer_topk_slots_validate(const dsk_ctx *ctx, const dsk_indexer_topk_slots_desc *d);
 /* Cache geometry check shared by every cache-reading op: `what` names the
  * cache in messages ("sparse_mla_decode: segment 1"). */
 dsk_status dsk__kv_cache_validate(const dsk_ctx *ctx, const char *what, dsk_kv_format f,

@@ -15,13 +15,24 @@ typedef struct dsk_check_opts {
   uint64_t seed;
   int verbose;
   FILE *log;        /* per-case lines; NULL = stdout */
-  const char *only; /* NULL = all; else "kv", "slots", "sparse_mla" */
+  const char *only; /* NULL = all; else "kv", "slots", "sparse_mla", "mhc", "indexer" */
 } dsk_check_opts;
 
 /* Each adds to counts (passed/failed checks) and returns 0 on success. */
 int dsk_check_kv(dsk_ctx *ctx, const dsk_check_opts *o, tu_counts *c);         /* check_kv.c */
 int dsk_check_slots(dsk_ctx *ctx, const dsk_check_opts *o, tu_counts *c);      /* check_slots.c */
 int dsk_check_sparse_mla(dsk_ctx *ctx, const dsk_check_opts *o, tu_counts *c); /* check_sparse_mla.c */
+/* check_mhc.c: dsk_mhc_prenorm + dsk_mhc_pre (plain and with the fused
+ * RMSNorm), dsk_mhc_post and dsk_mhc_head on ctx's backend and on the
+ * cpu-ref with the same split count, compared within spec/mhc.md §7's
+ * bounds. Full: D 4096 / 7168 at T 1, 3, 64, 4097 with S in {heuristic, 1,
+ * S_max} (heuristic only at T 4097) and TF32 rows; quick: D 256 / 512 at
+ * T 1, 3, 64, 257. */
+int dsk_check_mhc(dsk_ctx *ctx, const dsk_check_opts *o, tu_counts *c);
+/* check_indexer.c: scores, top-k and the fused path on ctx's backend
+ * against the CPU reference (quick: contexts up to a few thousand; full: up
+ * to 128K for scores and 1M for top-k). */
+int dsk_check_indexer(dsk_ctx *ctx, const dsk_check_opts *o, tu_counts *c);
 /* All of the above (harness.c). */
 int dsk_check_run(dsk_ctx *ctx, const dsk_check_opts *o, tu_counts *c);
 

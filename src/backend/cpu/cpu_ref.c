@@ -79,6 +79,13 @@ const dsk_backend dsk__backend_cpu_ref = {
     .slot_list_build = dsk__ref_slot_list_build,
     .sparse_mla_workspace = dsk__ref_sparse_mla_workspace,
     .sparse_mla_decode = dsk__ref_sparse_mla_decode,
+    .mhc_prenorm = dsk__ref_mhc_prenorm,
+    .mhc_pre = dsk__ref_mhc_pre,
+    .mhc_post = dsk__ref_mhc_post,
+    .mhc_head = dsk__ref_mhc_head,
+    .indexer_logits = dsk__ref_indexer_logits,
+    .topk_workspace = dsk__ref_topk_workspace,
+    .topk = dsk__ref_topk,
     .bench_samples = dsk__cpu_bench_samples,
     .bench_copy = dsk__cpu_bench_copy,
 };

@@ -57,6 +57,21 @@ dsk_status dsk__cuda_sparse_mla_setup(dsk_cuda_state *st);
 /* Shared memory bytes of one decode CTA for a format (host-computable, from
  * the kernel's own constants; 0 for an unknown format). */
 int64_t dsk__cuda_sparse_mla_smem_bytes(dsk_kv_format f);
+/* mhc.cu (the same kernels for cuda-sm90 and cuda-sm120) */
+dsk_status dsk__cuda_mhc_prenorm(dsk_ctx *ctx, const dsk_mhc_prenorm_desc *d, const dsk_tactic *t);
+dsk_status dsk__cuda_mhc_pre(dsk_ctx *ctx, const dsk_mhc_pre_desc *d, const dsk_tactic *t);
+dsk_status dsk__cuda_mhc_post(dsk_ctx *ctx, const dsk_mhc_post_desc *d);
+dsk_status dsk__cuda_mhc_head(dsk_ctx *ctx, const dsk_mhc_head_desc *d, const dsk_tactic *t);
+/* Shared memory bytes of the largest mHC kernel configuration
+ * (host-computable; for the SM120 budget test). */
+int64_t dsk__cuda_mhc_smem_bytes(void);
+/* indexer.cu */
+dsk_status dsk__cuda_indexer_logits(dsk_ctx *ctx, const dsk_indexer_logits_desc *d, int64_t skip_le);
+int64_t dsk__cuda_topk_workspace(const dsk_ctx *ctx, const dsk__topk_args *a);
+dsk_status dsk__cuda_topk(dsk_ctx *ctx, const dsk__topk_args *a);
+/* Shared memory bytes of one logits CTA for n_heads (the kernel's own
+ * layout; <= DSK_SM120_SMEM_LIMIT for every n_heads in 1..128). */
+int64_t dsk__cuda_indexer_logits_smem_bytes(int64_t n_heads);
 
 #ifdef __cplusplus
 }

@@ -17,6 +17,13 @@
   .sparse_mla_workspace = dsk__cuda_sparse_mla_workspace, \
   .sparse_mla_decode = dsk__cuda_sparse_mla_decode,       \
   .sparse_mla_ctas_per_sm = dsk__cuda_sparse_mla_ctas_per_sm, \
+  .mhc_prenorm = dsk__cuda_mhc_prenorm,                   \
+  .mhc_pre = dsk__cuda_mhc_pre,                           \
+  .mhc_post = dsk__cuda_mhc_post,                         \
+  .mhc_head = dsk__cuda_mhc_head,                         \
+  .indexer_logits = dsk__cuda_indexer_logits,             \
+  .topk_workspace = dsk__cuda_topk_workspace,             \
+  .topk = dsk__cuda_topk,                                 \
   .bench_samples = dsk__cuda_bench_samples,               \
   .bench_copy = dsk__cuda_bench_copy
 

@@ -47,8 +47,8 @@
 #include <cuda_fp16.h>
 #include <math.h>
 
+#include "backend/indexer_rules.h"
 #include "cuda_common.cuh"
-#include "ops/indexer_backend.h"
 
 namespace {
 
@@ -643,10 +643,3 @@ extern "C" dsk_status dsk__cuda_topk(dsk_ctx *ctx, const dsk__topk_args *a) {
   DSK_CUDA_LAUNCHED("topk");
   return DSK_STATUS_OK;
 }
-
-extern "C" const dsk_indexer_slots dsk__indexer_slots_cuda = {
-    "cuda",
-    dsk__cuda_indexer_logits,
-    dsk__cuda_topk_workspace,
-    dsk__cuda_topk,
-};

@@ -26,8 +26,6 @@
 
 #include "cuda_common.cuh"
 
-#include "ops/mhc_backend.h"
-
 namespace {
 
 constexpr int kFinishThreads = 256;
