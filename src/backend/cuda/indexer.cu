@@ -49,42 +49,14 @@
 
 #include "backend/indexer_rules.h"
 #include "cuda_common.cuh"
+#include "ptx.cuh"
 
 namespace {
 
 constexpr unsigned kFull = 0xffffffffu;
 
 /* ------------------------------------------------------------ helpers */
-__device__ __forceinline__ uint32_t smem_u32(const void *p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-__device__ __forceinline__ void cp_async16(void *dst, const void *src, bool valid) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_u32(dst)), "l"(src),
-               "r"(valid ? 16 : 0));
-}
-__device__ __forceinline__ void cp_async4(void *dst, const void *src, bool valid) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(smem_u32(dst)), "l"(src), "r"(valid ? 4 : 0));
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-template <int N>
-__device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
-}
-
-/* two e4m3 (low byte first) -> f16x2 (low half = low byte), exact */
-__device__ __forceinline__ uint32_t e4m3x2_to_f16x2(uint32_t v16) {
-  uint32_t r;
-  asm("{\n .reg .b16 t;\n cvt.u16.u32 t, %1;\n cvt.rn.f16x2.e4m3x2 %0, t;\n}\n" : "=r"(r) : "r"(v16 & 0xFFFFu));
-  return r;
-}
-
-__device__ __forceinline__ void mma_f16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-      "{%0,%1,%2,%3};\n"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
+using namespace dsk_ptx;
 
 __device__ __forceinline__ float relu(float x) { return x < 0.f ? 0.f : x; }
 
@@ -201,14 +173,14 @@ __global__ void __launch_bounds__(kLThreads) indexer_logits_kernel(const LogitsP
       uint4 v = make_uint4(0u, 0u, 0u, 0u);
       if (h < p.H) v = *reinterpret_cast<const uint4 *>(qrow + h * p.q_sh + 32 * c + 16 * m);
       uint4 lo, hi;
-      lo.x = e4m3x2_to_f16x2(v.x);
-      lo.y = e4m3x2_to_f16x2(v.x >> 16);
-      lo.z = e4m3x2_to_f16x2(v.y);
-      lo.w = e4m3x2_to_f16x2(v.y >> 16);
-      hi.x = e4m3x2_to_f16x2(v.z);
-      hi.y = e4m3x2_to_f16x2(v.z >> 16);
-      hi.z = e4m3x2_to_f16x2(v.w);
-      hi.w = e4m3x2_to_f16x2(v.w >> 16);
+      lo.x = e4m3x2_to_f16x2_u16(v.x);
+      lo.y = e4m3x2_to_f16x2_u16(v.x >> 16);
+      lo.z = e4m3x2_to_f16x2_u16(v.y);
+      lo.w = e4m3x2_to_f16x2_u16(v.y >> 16);
+      hi.x = e4m3x2_to_f16x2_u16(v.z);
+      hi.y = e4m3x2_to_f16x2_u16(v.z >> 16);
+      hi.z = e4m3x2_to_f16x2_u16(v.w);
+      hi.w = e4m3x2_to_f16x2_u16(v.w >> 16);
       const int nt = h >> 3, ln = (h & 7) * 4 + c;
       s_qf[(nt * 4 + 2 * m) * 32 + ln] = lo;
       s_qf[(nt * 4 + 2 * m + 1) * 32 + ln] = hi;
@@ -240,10 +212,10 @@ __global__ void __launch_bounds__(kLThreads) indexer_logits_kernel(const LogitsP
         uint32_t a[8][4];
 #pragma unroll
         for (int kk = 0; kk < 8; kk++) {
-          a[kk][0] = e4m3x2_to_f16x2(wg[kk]);
-          a[kk][1] = e4m3x2_to_f16x2(wh[kk]);
-          a[kk][2] = e4m3x2_to_f16x2(wg[kk] >> 16);
-          a[kk][3] = e4m3x2_to_f16x2(wh[kk] >> 16);
+          a[kk][0] = e4m3x2_to_f16x2_u16(wg[kk]);
+          a[kk][1] = e4m3x2_to_f16x2_u16(wh[kk]);
+          a[kk][2] = e4m3x2_to_f16x2_u16(wg[kk] >> 16);
+          a[kk][3] = e4m3x2_to_f16x2_u16(wh[kk] >> 16);
         }
         float sg = 0.f, sh = 0.f;
 #pragma unroll 1

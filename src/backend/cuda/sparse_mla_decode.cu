@@ -31,6 +31,7 @@
 #include <string.h>
 
 #include "cuda_common.cuh"
+#include "ptx.cuh"
 #include "sparse_mla_layout.h"
 
 namespace {
@@ -77,57 +78,7 @@ struct Fmt<2> { /* B584 */
   static constexpr int NOPE = 448, TILE = 64, NT = 7, SREC = 592, ROPE = 448, PIECES = 36;
 };
 
-__device__ __forceinline__ uint32_t smem_u32(const void *p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-
-__device__ __forceinline__ void cp_async16(void *dst, const void *src, bool valid) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_u32(dst)), "l"(src),
-               "r"(valid ? 16 : 0));
-}
-__device__ __forceinline__ void cp_async8(void *dst, const void *src, bool valid) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;\n" ::"r"(smem_u32(dst)), "l"(src), "r"(valid ? 8 : 0));
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-template <int N>
-__device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
-}
-
-/* two e4m3 in the low 16 bits (low byte first) -> f16x2 (low half = low
- * byte), exact; the unpack is a register-pair view, not an instruction */
-__device__ __forceinline__ uint32_t e4m3x2_to_f16x2(uint32_t v16) {
-  uint32_t r;
-  asm("{\n .reg .b16 lo, hi;\n mov.b32 {lo, hi}, %1;\n cvt.rn.f16x2.e4m3x2 %0, lo;\n}\n" : "=r"(r) : "r"(v16));
-  return r;
-}
-/* four e4m3 -> two f16x2: bytes 0,1 -> lo, bytes 2,3 -> hi */
-__device__ __forceinline__ void e4m3x4_to_f16x2x2(uint32_t v, uint32_t &lo, uint32_t &hi) {
-  asm("{\n .reg .b16 a, b;\n mov.b32 {a, b}, %2;\n cvt.rn.f16x2.e4m3x2 %0, a;\n cvt.rn.f16x2.e4m3x2 %1, b;\n}\n"
-      : "=r"(lo), "=r"(hi)
-      : "r"(v));
-}
-/* 2^x, approximate (2 ulp); inputs are <= 0 or -inf here */
-__device__ __forceinline__ float fast_exp2(float x) {
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
-  return y;
-}
-
-__device__ __forceinline__ void mma_f16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-      "{%0,%1,%2,%3};\n"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-__device__ __forceinline__ void mma_bf16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-      "{%0,%1,%2,%3};\n"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
+using namespace dsk_ptx;
 
 __device__ __forceinline__ uint32_t pack_f16(float lo, float hi) {
   __half2 h = __floats2half2_rn(lo, hi);
@@ -188,6 +139,10 @@ __global__ void __launch_bounds__(kThreads) sparse_mla_kernel(const Params p) {
   const int split = blockIdx.y;
   const int h0 = hg * kHeads;
   const bool counting = p.counters && hg == 0;
+  /* Let the combine kernel (launched with programmatic stream serialization)
+   * start its launch now; it waits in griddepcontrol.wait until this grid
+   * has completed and its writes are visible. */
+  asm volatile("griddepcontrol.launch_dependents;\n" ::);
 
   /* Valid prefix per segment and this split's active stages. */
   int64_t L0 = seg_len(p.seg[0], t), L1 = p.nseg > 1 ? seg_len(p.seg[1], t) : 0;
@@ -606,6 +561,7 @@ __global__ void __launch_bounds__(kThreads) sparse_mla_kernel(const Params p) {
 
 /* One block of 128 threads per (t, h): merge the splits, fold the sink. */
 __global__ void __launch_bounds__(128) sparse_mla_combine_kernel(const Params p) {
+  asm volatile("griddepcontrol.wait;\n" ::: "memory"); /* the split kernel's partials are complete */
   const int64_t t = blockIdx.x / (unsigned)p.H;
   const int64_t h = blockIdx.x % (unsigned)p.H;
   const int64_t base = (t * p.H + h) * p.splits;
@@ -705,8 +661,19 @@ dsk_status launch(dsk_ctx *ctx, const dsk_sparse_mla_desc *d, const dsk_tactic *
   DSK_CUDA_LAUNCHED("sparse_mla_decode");
   if (p.splits > 1) {
     if (d->T * d->H > 2147483647LL) return dsk__fail(DSK_STATUS_UNSUPPORTED, "sparse_mla_decode: T*H too large");
-    sparse_mla_combine_kernel<<<(unsigned)(d->T * d->H), 128, 0, s>>>(p);
-    DSK_CUDA_LAUNCHED("sparse_mla_decode (combine)");
+    /* programmatic dependent launch: the combine's launch overlaps the
+     * split kernel's tail (sm_90 and sm_120 both have it) */
+    cudaLaunchConfig_t cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.gridDim = dim3((unsigned)(d->T * d->H));
+    cfg.blockDim = dim3(128);
+    cfg.stream = s;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+    DSK_CUDA_TRY("sparse_mla_decode (combine)", cudaLaunchKernelEx(&cfg, sparse_mla_combine_kernel, p));
   }
   return DSK_STATUS_OK;
 }
