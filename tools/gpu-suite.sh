@@ -37,7 +37,9 @@ for what in "${@:-all}"; do
     demo|all)
       run demo "$B/dsk" demo --device cuda:0 ;;&
     bench|all)
-      run bench "$B/dsk" bench sparse-mla --device cuda:0 ;;&
+      run bench "$B/dsk" bench sparse-mla --device cuda:0
+      run bench_mhc "$B/dsk" bench mhc --device cuda:0
+      run bench_indexer "$B/dsk" bench indexer --device cuda:0 ;;&
     *) ;;
   esac
 done

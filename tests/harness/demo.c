@@ -22,6 +22,19 @@
  *     0.0625, no sink.
  * quick: 4K-token contexts (the candidate counts stay 640 and 2048).
  *
+ * Two more rows follow (same columns, `-` where a column does not apply,
+ * the check's detail after the result):
+ *   DSv4-Flash mHC: dsk_mhc_prenorm + dsk_mhc_pre + dsk_mhc_post of one
+ *     sublayer, D 4096, T 16, on the context's backend against the cpu-ref
+ *     with the same split count, within spec/mhc.md §7's bounds (the rules of
+ *     check_mhc.c); cpb = S; GB/s over the bytes of spec/mhc.md §5.
+ *   DSv4-Flash indexer: dsk_indexer_logits + dsk_topk of the C4A layer (64
+ *     heads, ratio 4, K 512, keys written with dsk_kv_write into pages in
+ *     random order) for the same 4 x 4 query tokens over the same context
+ *     lengths; scores within 1e-5 * max|ref| per row of the cpu-ref, top-k
+ *     by the test rule of spec/indices.md §9 against the reference scores;
+ *     GB/s over the distinct key bytes read (132 B per entry).
+ *
  * Timing: the median of o->reps runs (default 20 on CUDA, 3 on the CPU) after
  * one warm-up run. Each run is bracketed by dsk_ctx_synchronize and read with
  * the host clock (tu_now_us): for a CUDA context this includes the launch
@@ -35,6 +48,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "check_indexer.h"
 #include "harness.h"
 #include "mla_oracle.h"
 
@@ -560,6 +574,441 @@ static int demo_glm(dsk_ctx *ctx, const dsk_demo_opts *o, demo_row *row) {
   return rc;
 }
 
+/* ----------------------------------------------- rows after the decode rows */
+/* The mHC and indexer rows: the decode rows' columns (as text, "-" where a
+ * column does not apply) and the check's detail after the result. */
+typedef struct demo_xrow {
+  const char *model;
+  char H[8], widths[16], cpb[8];
+  double median_us, gbps, tflops, rel_l2, max_abs;
+  char note[192];
+  int pass;
+} demo_xrow;
+
+static dsk_ctx *demo_ref_ctx(void) {
+  dsk_ctx_opts ro;
+  dsk_ctx_opts_init(&ro);
+  ro.device = "cpu";
+  ro.backend = "cpu-ref";
+  dsk_ctx *ref = NULL;
+  dsk_status st = dsk_ctx_create(&ref, &ro);
+  if (st != DSK_STATUS_OK) fprintf(stderr, "demo: cpu-ref context: %s: %s\n", dsk_status_name(st), dsk_last_error());
+  return ref;
+}
+
+/* Times `fn` as the decode rows are timed: one warm-up, then reps runs each
+ * bracketed by dsk_ctx_synchronize and read with the host clock. */
+static dsk_status demo_time(dsk_ctx *ctx, int reps, dsk_status (*fn)(dsk_ctx *, void *), void *user, double *med) {
+  double *us = (double *)malloc((size_t)reps * sizeof(double));
+  if (!us) return DSK_STATUS_OUT_OF_MEMORY;
+  dsk_status st = fn(ctx, user);
+  if (st == DSK_STATUS_OK) st = dsk_ctx_synchronize(ctx, NULL);
+  for (int i = 0; i < reps && st == DSK_STATUS_OK; i++) {
+    st = dsk_ctx_synchronize(ctx, NULL);
+    double t0 = tu_now_us();
+    if (st == DSK_STATUS_OK) st = fn(ctx, user);
+    if (st == DSK_STATUS_OK) st = dsk_ctx_synchronize(ctx, NULL);
+    us[i] = tu_now_us() - t0;
+  }
+  if (st == DSK_STATUS_OK) *med = tu_median(us, reps);
+  free(us);
+  return st;
+}
+
+/* ---------------------------------------------------------- DSv4-Flash mHC */
+#define DEMO_MHC_D 4096
+
+typedef struct demo_mhc_run {
+  dsk_mhc_prenorm_desc pn;
+  dsk_mhc_pre_desc pre;
+  dsk_mhc_post_desc post;
+} demo_mhc_run;
+
+static dsk_status demo_mhc_once(dsk_ctx *ctx, void *user) {
+  const demo_mhc_run *r = (const demo_mhc_run *)user;
+  dsk_status st = dsk_mhc_prenorm(ctx, &r->pn);
+  if (st == DSK_STATUS_OK) st = dsk_mhc_pre(ctx, &r->pre);
+  if (st == DSK_STATUS_OK) st = dsk_mhc_post(ctx, &r->post);
+  return st;
+}
+
+/* Descriptors of one sublayer on context memory (pointers of that context). */
+static void demo_mhc_descs(demo_mhc_run *r, int64_t T, int64_t D, int32_t S, const dsk_bf16 *R, const float *fn,
+                           const float *scale, const float *base, const dsk_bf16 *sub, float *part, dsk_bf16 *y,
+                           float *post, float *C, float *prew, dsk_bf16 *Ro) {
+  const int64_t nD = 4 * D;
+  dsk_mhc_prenorm_desc_init(&r->pn);
+  r->pn.T = T;
+  r->pn.D = D;
+  r->pn.nD = nD;
+  r->pn.R = R;
+  r->pn.R_stride = nD;
+  r->pn.fn = fn;
+  r->pn.fixed_splits = S;
+  r->pn.partials = part;
+  r->pn.partials_bytes = (int64_t)S * T * 100;
+  dsk_mhc_pre_desc_init(&r->pre);
+  r->pre.T = T;
+  r->pre.D = D;
+  r->pre.nD = nD;
+  r->pre.fixed_splits = S;
+  r->pre.partials = part;
+  r->pre.partials_bytes = (int64_t)S * T * 100;
+  r->pre.R = R;
+  r->pre.R_stride = nD;
+  r->pre.scale = scale;
+  r->pre.base = base;
+  r->pre.y = y;
+  r->pre.y_stride = D;
+  r->pre.post = post;
+  r->pre.C = C;
+  r->pre.pre_w = prew;
+  dsk_mhc_post_desc_init(&r->post);
+  r->post.T = T;
+  r->post.D = D;
+  r->post.out = sub;
+  r->post.out_stride = D;
+  r->post.R = R;
+  r->post.R_stride = nD;
+  r->post.post = post;
+  r->post.C = C;
+  r->post.R_out = Ro;
+  r->post.R_out_stride = nD;
+}
+
+static double demo_ulp_bf16(double v) {
+  v = fabs(v);
+  return v < 0x1p-126 ? 0x1p-133 : ldexp(1.0, ilogb(v) - 7);
+}
+
+/* Inputs as check_mhc.c; the reference runs on the cpu-ref with the split
+ * count the device resolved; bounds of spec/mhc.md §7 (FP32):
+ *   pre weights, post, C   abs <= 1e-5
+ *   y                      abs <= ulp_bf16(ref) + 2e-5 * sum_i |R_i|
+ *   R'                     abs <= ulp_bf16(ref) + 2e-5 * (|out| + sum_i |R_i|) */
+static int demo_mhc(dsk_ctx *ctx, dsk_ctx *ref, const dsk_demo_opts *o, int reps, demo_xrow *row) {
+  tu_rng rng = tu_rng_make(o->seed ^ 0x3AC0FFEEull);
+  const int64_t T = DEMO_T, D = DEMO_MHC_D, nD = 4 * D;
+  const size_t Rb = (size_t)(T * nD) * sizeof(dsk_bf16), yb = (size_t)(T * D) * sizeof(dsk_bf16);
+  const size_t fnb = (size_t)(24 * nD) * sizeof(float);
+  demo_mem mm = {{0}, 0};
+  demo_host hh = {{0}, 0};
+  dsk_status st = DSK_STATUS_OK;
+  snprintf(row->widths, sizeof row->widths, "D%d", DEMO_MHC_D);
+  snprintf(row->H, sizeof row->H, "-");
+  dsk_bf16 *R = (dsk_bf16 *)hmalloc(&hh, Rb), *sub = (dsk_bf16 *)hmalloc(&hh, yb);
+  float *fn = (float *)hmalloc(&hh, fnb);
+  float scale[3] = {1.0f, 1.0f, 0.25f}, base[24];
+  /* results: [0] the context's, [1] the reference's */
+  dsk_bf16 *y[2], *Ro[2];
+  float *post[2], *C[2], *prew[2];
+  for (int k = 0; k < 2; k++) {
+    y[k] = (dsk_bf16 *)hmalloc(&hh, yb);
+    Ro[k] = (dsk_bf16 *)hmalloc(&hh, Rb);
+    post[k] = (float *)hmalloc(&hh, (size_t)T * 16);
+    C[k] = (float *)hmalloc(&hh, (size_t)T * 64);
+    prew[k] = (float *)hmalloc(&hh, (size_t)T * 16);
+  }
+  if (!R || !sub || !fn || !y[1] || !Ro[1] || !post[1] || !C[1] || !prew[1]) st = DSK_STATUS_OUT_OF_MEMORY;
+  if (st == DSK_STATUS_OK) {
+    tu_fill_bf16_normal(&rng, R, (size_t)(T * nD), 1.0);
+    tu_fill_bf16_normal(&rng, sub, (size_t)(T * D), 1.0);
+    for (int64_t i = 0; i < 24 * nD; i++) fn[i] = (float)(tu_normal(&rng) / sqrt((double)nD));
+    for (int j = 0; j < 24; j++) base[j] = (float)(tu_uniform(&rng) - 0.5);
+  }
+
+  /* the context: plan (S), poison the outputs, time, download */
+  const dsk_bf16 *dR = (const dsk_bf16 *)dput(ctx, &mm, R, Rb, &st);
+  const dsk_bf16 *dsub = (const dsk_bf16 *)dput(ctx, &mm, sub, yb, &st);
+  const float *dfn = (const float *)dput(ctx, &mm, fn, fnb, &st);
+  const float *dsc = (const float *)dput(ctx, &mm, scale, sizeof scale, &st);
+  const float *dba = (const float *)dput(ctx, &mm, base, sizeof base, &st);
+  int32_t S = 0;
+  if (st == DSK_STATUS_OK) {
+    dsk_mhc_prenorm_desc pd;
+    dsk_mhc_prenorm_desc_init(&pd);
+    pd.T = T;
+    pd.D = D;
+    pd.nD = nD;
+    pd.R = dR;
+    pd.R_stride = nD;
+    pd.fn = dfn;
+    dsk_plan_info pi;
+    memset(&pi, 0, sizeof pi);
+    pi.struct_size = sizeof pi;
+    TRY(dsk_mhc_prenorm_plan(ctx, &pd, &pi));
+    S = pi.tactic.v[0];
+  }
+  snprintf(row->cpb, sizeof row->cpb, "%d", (int)S);
+  const size_t pb = (size_t)S * (size_t)T * 100;
+  float *dpart = (float *)dalloc(ctx, &mm, pb, &st);
+  dsk_bf16 *dy = (dsk_bf16 *)dalloc(ctx, &mm, yb, &st), *dRo = (dsk_bf16 *)dalloc(ctx, &mm, Rb, &st);
+  float *dpost = (float *)dalloc(ctx, &mm, (size_t)T * 16, &st), *dC = (float *)dalloc(ctx, &mm, (size_t)T * 64, &st);
+  float *dprew = (float *)dalloc(ctx, &mm, (size_t)T * 16, &st);
+  void *pz[6] = {dpart, dy, dRo, dpost, dC, dprew};
+  size_t pzb[6] = {pb, yb, Rb, (size_t)T * 16, (size_t)T * 64, (size_t)T * 16};
+  for (int i = 0; i < 6; i++) TRY(dsk_mem_set(ctx, pz[i], 0xFF, pzb[i]));
+  demo_mhc_run run;
+  demo_mhc_descs(&run, T, D, S, dR, dfn, dsc, dba, dsub, dpart, dy, dpost, dC, dprew, dRo);
+  TRY(demo_time(ctx, reps, demo_mhc_once, &run, &row->median_us));
+  TRY(dsk_mem_download(ctx, y[0], dy, yb));
+  TRY(dsk_mem_download(ctx, Ro[0], dRo, Rb));
+  TRY(dsk_mem_download(ctx, post[0], dpost, (size_t)T * 16));
+  TRY(dsk_mem_download(ctx, C[0], dC, (size_t)T * 64));
+  TRY(dsk_mem_download(ctx, prew[0], dprew, (size_t)T * 16));
+  demo_free(ctx, &mm);
+
+  /* the reference (host memory), same S */
+  float *hpart = (float *)hmalloc(&hh, pb);
+  if (!hpart && st == DSK_STATUS_OK) st = DSK_STATUS_OUT_OF_MEMORY;
+  if (st == DSK_STATUS_OK) {
+    demo_mhc_run rr;
+    demo_mhc_descs(&rr, T, D, S, R, fn, scale, base, sub, hpart, y[1], post[1], C[1], prew[1], Ro[1]);
+    TRY(demo_mhc_once(ref, &rr));
+    TRY(dsk_ctx_synchronize(ref, NULL));
+  }
+  int rc = 1;
+  if (st == DSK_STATUS_OK) {
+    double es = 0, ry = 0, rr = 0, num = 0, den = 0, mabs = 0;
+    for (int64_t i = 0; i < T * 4; i++) {
+      es = fmax(es, fabs((double)post[0][i] - post[1][i]));
+      es = fmax(es, fabs((double)prew[0][i] - prew[1][i]));
+      if (post[0][i] != post[0][i] || prew[0][i] != prew[0][i]) es = INFINITY;
+    }
+    for (int64_t i = 0; i < T * 16; i++) {
+      es = fmax(es, fabs((double)C[0][i] - C[1][i]));
+      if (C[0][i] != C[0][i]) es = INFINITY;
+    }
+    for (int64_t t = 0; t < T; t++)
+      for (int64_t k = 0; k < D; k++) {
+        double mag = 0;
+        for (int i = 0; i < 4; i++) mag += fabs((double)dsk_bf16_to_f32(R[t * nD + i * D + k]));
+        const int64_t e = t * D + k;
+        double rv = dsk_bf16_to_f32(y[1][e]), gv = dsk_bf16_to_f32(y[0][e]), d = fabs(gv - rv);
+        ry = d != d ? INFINITY : fmax(ry, d / (demo_ulp_bf16(rv) + 2e-5 * mag));
+        const double om = mag + fabs((double)dsk_bf16_to_f32(sub[e]));
+        for (int j = 0; j < 4; j++) {
+          const int64_t f = t * nD + j * D + k;
+          rv = dsk_bf16_to_f32(Ro[1][f]);
+          gv = dsk_bf16_to_f32(Ro[0][f]);
+          d = fabs(gv - rv);
+          rr = d != d ? INFINITY : fmax(rr, d / (demo_ulp_bf16(rv) + 2e-5 * om));
+          mabs = d != d ? INFINITY : fmax(mabs, d);
+          num += d * d;
+          den += rv * rv;
+        }
+      }
+    row->rel_l2 = den > 0 ? sqrt(num / den) : sqrt(num);
+    row->max_abs = mabs;
+    row->pass = es <= 1e-5 && ry <= 1.0 && rr <= 1.0;
+    const double sec = row->median_us * 1e-6;
+    const double bytes = 24.0 * nD * 4 + 4.0 * T * nD * 2 + T * D * 2.0 + T * 80.0;
+    const double flop = 2.0 * T * nD * 25 + 2.0 * T * D * 4 + 2.0 * T * nD * 5;
+    row->gbps = sec > 0 ? bytes / sec * 1e-9 : 0;
+    row->tflops = sec > 0 ? flop / sec * 1e-12 : 0;
+    snprintf(row->note, sizeof row->note, "pre/post/C %.1e (<= 1e-5), err/bound y %.3f R' %.3f (<= 1)", es, ry, rr);
+    rc = 0;
+  }
+  hfree(&hh);
+  return rc;
+}
+
+/* ----------------------------------------------------- DSv4-Flash indexer */
+typedef struct demo_idx_run {
+  dsk_indexer_logits_desc lg;
+  dsk_topk_desc tk;
+} demo_idx_run;
+
+static dsk_status demo_idx_once(dsk_ctx *ctx, void *user) {
+  const demo_idx_run *r = (const demo_idx_run *)user;
+  dsk_status st = dsk_indexer_logits(ctx, &r->lg);
+  if (st == DSK_STATUS_OK) st = dsk_topk(ctx, &r->tk);
+  return st;
+}
+
+/* The C4A layer's indexer for the decode rows' 4 requests x 4 tokens: keys
+ * of every compressed entry of each request (N(0,1) x 2^u bf16 per entry,
+ * u in -4..4, quantised by dsk_kv_write), q e4m3 of N(0,1) x 2^u (u in 2..7)
+ * with scales (1 + U) 2^-(5..9), weights N(0, 0.1), as check_indexer.c. */
+static int demo_indexer(dsk_ctx *ctx, dsk_ctx *ref, const dsk_demo_opts *o, int reps, demo_xrow *row) {
+  tu_rng rng = tu_rng_make(o->seed ^ 0x1D3E4C4Aull);
+  const int64_t T = DEMO_T, H = DEMO_H, ratio = 4, P = 64, K = 512;
+  int64_t seq[DEMO_REQS];
+  int32_t req[DEMO_T], pos[DEMO_T];
+  demo_positions(&rng, o->quick, seq, req, pos);
+  snprintf(row->H, sizeof row->H, "%d", DEMO_H);
+  snprintf(row->widths, sizeof row->widths, "%lld", (long long)K);
+  snprintf(row->cpb, sizeof row->cpb, "-");
+
+  dsk_idx_host h;
+  memset(&h, 0, sizeof h);
+  dsk_idx_dev dv, dr;
+  memset(&dv, 0, sizeof dv);
+  memset(&dr, 0, sizeof dr);
+  h.c.name = "demo";
+  h.c.T = T;
+  h.c.H = H;
+  h.c.ratio = ratio;
+  h.c.pbs = P;
+  h.c.R = DEMO_REQS;
+  h.c.K = K;
+  int64_t maxe = 0, pages = 0;
+  h.req_len = (int64_t *)calloc(DEMO_REQS, sizeof(int64_t));
+  int ok = h.req_len != NULL;
+  for (int r = 0; ok && r < DEMO_REQS; r++) {
+    h.req_len[r] = seq[r] / ratio;
+    if (h.req_len[r] > maxe) maxe = h.req_len[r];
+    pages += (h.req_len[r] + P - 1) / P;
+  }
+  h.c.max_len = maxe;
+  h.W = maxe;
+  h.q_stride_h = 128;
+  h.q_stride_t = H * 128;
+  h.qs_stride = H;
+  h.w_stride = H;
+  h.bt_rows = DEMO_REQS;
+  h.bt_max_blocks = (maxe + P - 1) / P;
+  h.bt_stride = h.bt_max_blocks;
+  h.num_pages = pages + 5;
+  h.page_stride = dsk_kv_canonical_page_stride(DSK_KV_FORMAT_IDXK132, P);
+  h.scale_rule = DSK_SCALE_POW2;
+  h.req = (int32_t *)malloc(sizeof req);
+  h.pos = (int32_t *)malloc(sizeof pos);
+  h.sm = (int32_t *)malloc(sizeof pos);
+  h.bt = (int32_t *)malloc((size_t)(h.bt_rows * h.bt_stride) * sizeof(int32_t));
+  h.q = (uint8_t *)malloc((size_t)(T * h.q_stride_t));
+  h.qs = (float *)malloc((size_t)(T * H) * sizeof(float));
+  h.w = (float *)malloc((size_t)(T * H) * sizeof(float));
+  h.latent = (dsk_bf16 *)malloc((size_t)(pages * P) * 128 * sizeof(dsk_bf16));
+  h.wslots = (int32_t *)malloc((size_t)(pages * P) * sizeof(int32_t));
+  ok = ok && h.req && h.pos && h.sm && h.bt && h.q && h.qs && h.w && h.latent && h.wslots;
+  if (ok) {
+    memcpy(h.req, req, sizeof req);
+    memcpy(h.pos, pos, sizeof pos);
+    for (int t = 0; t < DEMO_T; t++) h.sm[t] = t;
+    int64_t lo[DEMO_REQS], hi[DEMO_REQS];
+    for (int r = 0; r < DEMO_REQS; r++) {
+      lo[r] = 0;
+      hi[r] = (h.req_len[r] - 1) / P;
+    }
+    make_block_table(&rng, h.bt, h.bt_max_blocks, h.num_pages, lo, hi);
+    for (int r = 0; r < DEMO_REQS; r++)
+      for (int64_t s = 0; s < h.req_len[r]; s++) {
+        tu_fill_bf16_normal(&rng, h.latent + h.N * 128, 128, ldexp(1.0, (int)tu_int(&rng, -4, 4)));
+        h.wslots[h.N++] = h.bt[r * h.bt_stride + s / P] * (int32_t)P + (int32_t)(s % P);
+      }
+    for (int64_t i = 0; i < T * H; i++) {
+      uint8_t *qr = h.q + i * 128;
+      const double sig = ldexp(1.0, (int)tu_int(&rng, 2, 7));
+      for (int d = 0; d < 128; d++) qr[d] = dsk_e4m3_from_f32((float)(tu_normal(&rng) * sig));
+      h.qs[i] = (float)ldexp(1.0 + tu_uniform(&rng), -(int)tu_int(&rng, 5, 9));
+      h.w[i] = (float)(tu_normal(&rng) * 0.1);
+    }
+  }
+  /* the cache is written on the context, its bytes uploaded to the reference */
+  if (ok) ok = dsk_idx_dev_make(ctx, &h, NULL, &dv) == 0 && dsk_idx_dev_make(ref, &h, h.cache, &dr) == 0;
+  if (!ok) fprintf(stderr, "demo: indexer scene: %s\n", dsk_last_error());
+
+  const int64_t W = h.W;
+  const size_t ob = (size_t)(T * W) * sizeof(float);
+  float *lg = (float *)malloc(ob), *lr = (float *)malloc(ob);
+  int32_t *lens = (int32_t *)malloc(sizeof(int32_t) * DEMO_T), *sel = (int32_t *)malloc((size_t)(T * K) * 4);
+  double *refd = (double *)malloc((size_t)W * sizeof(double));
+  ok = ok && lg && lr && lens && sel && refd;
+  demo_mem mm = {{0}, 0};
+  dsk_status st = ok ? DSK_STATUS_OK : DSK_STATUS_OUT_OF_MEMORY;
+  int64_t key_entries = 0, scored = 0;
+  for (int t = 0; ok && t < DEMO_T; t++) {
+    lens[t] = (int32_t)dsk_idx_scored_len(&h, t);
+    scored += lens[t];
+  }
+  for (int r = 0; ok && r < DEMO_REQS; r++) {
+    int64_t m = 0;
+    for (int t = 0; t < DEMO_T; t++)
+      if (req[t] == r && lens[t] > m) m = lens[t];
+    key_entries += m;
+  }
+  demo_idx_run run;
+  memset(&run, 0, sizeof run);
+  float *dout = (float *)dalloc(ctx, &mm, ob, &st);
+  int32_t *dsel = (int32_t *)dalloc(ctx, &mm, (size_t)(T * K) * 4, &st);
+  const int32_t *dlens = (const int32_t *)dput(ctx, &mm, lens, sizeof(int32_t) * DEMO_T, &st);
+  TRY(dsk_mem_set(ctx, dout, 0xFF, ob));
+  TRY(dsk_mem_set(ctx, dsel, 0xFF, (size_t)(T * K) * 4));
+  if (st == DSK_STATUS_OK) {
+    run.lg = dsk_idx_logits_desc(&h, &dv, dout, W);
+    run.tk.struct_size = sizeof run.tk;
+    run.tk.T = T;
+    run.tk.scores = dout;
+    run.tk.scores_stride_t = W;
+    run.tk.width = W;
+    run.tk.lens = dlens;
+    run.tk.K = K;
+    run.tk.out = dsel;
+    run.tk.out_stride_t = K;
+    dsk_plan_info pi;
+    memset(&pi, 0, sizeof pi);
+    pi.struct_size = sizeof pi;
+    TRY(dsk_topk_plan(ctx, &run.tk, &pi));
+    if (st == DSK_STATUS_OK && pi.workspace_bytes > 0)
+      run.tk.workspace = dalloc(ctx, &mm, (size_t)pi.workspace_bytes, &st);
+    run.tk.workspace_bytes = pi.workspace_bytes;
+  }
+  TRY(demo_time(ctx, reps, demo_idx_once, &run, &row->median_us));
+  TRY(dsk_mem_download(ctx, lg, dout, ob));
+  TRY(dsk_mem_download(ctx, sel, dsel, (size_t)(T * K) * 4));
+  demo_free(ctx, &mm);
+  if (st == DSK_STATUS_OK) { /* reference scores */
+    dsk_indexer_logits_desc l = dsk_idx_logits_desc(&h, &dr, lr, W);
+    TRY(dsk_indexer_logits(ref, &l));
+    TRY(dsk_ctx_synchronize(ref, NULL));
+  }
+  int rc = 1;
+  if (st == DSK_STATUS_OK && ok) {
+    double worst = 0, num = 0, den = 0, mabs = 0;
+    int64_t bad_inf = 0;
+    int bad_rows = 0;
+    for (int64_t t = 0; t < T; t++) {
+      const float *g = lg + t * W, *r = lr + t * W;
+      double maxref = 0, maxerr = 0;
+      for (int64_t s = 0; s < W; s++) {
+        if (isinf(r[s]) && r[s] < 0) {
+          bad_inf += !(isinf(g[s]) && g[s] < 0);
+          continue;
+        }
+        const double d = fabs((double)g[s] - (double)r[s]);
+        maxref = fmax(maxref, fabs((double)r[s]));
+        maxerr = d != d ? INFINITY : fmax(maxerr, d);
+        num += d * d;
+        den += (double)r[s] * r[s];
+      }
+      mabs = fmax(mabs, maxerr);
+      worst = fmax(worst, maxref > 0 ? maxerr / maxref : maxerr > 0 ? INFINITY : 0);
+      for (int64_t s = 0; s < W; s++) refd[s] = (double)r[s];
+      bad_rows += dsk_idx_topk_rule(refd, g, lens[t], sel + t * K, K, 1, 1e-6, stderr, "demo indexer top-k", t) != 0;
+    }
+    row->rel_l2 = den > 0 ? sqrt(num / den) : sqrt(num);
+    row->max_abs = mabs;
+    row->pass = worst <= 1e-5 && bad_inf == 0 && bad_rows == 0;
+    const double sec = row->median_us * 1e-6;
+    row->gbps = sec > 0 ? 132.0 * (double)key_entries / sec * 1e-9 : 0;
+    row->tflops = sec > 0 ? 2.0 * (double)H * 128.0 * (double)scored / sec * 1e-12 : 0;
+    snprintf(row->note, sizeof row->note,
+             "%lld entries/req max; scores err/max|ref| %.1e (<= 1e-5), -inf mismatches %lld; top-k rule: %d bad rows",
+             (long long)maxe, worst, (long long)bad_inf, bad_rows);
+    rc = 0;
+  }
+  free(lg);
+  free(lr);
+  free(lens);
+  free(sel);
+  free(refd);
+  dsk_idx_dev_free(ctx, &dv);
+  dsk_idx_dev_free(ref, &dr);
+  dsk_idx_host_free(&h);
+  return rc;
+}
+
 int dsk_demo_run(dsk_ctx *ctx, const dsk_demo_opts *o_in, FILE *out) {
   if (!out) out = stdout;
   dsk_demo_opts o;
@@ -579,6 +1028,10 @@ int dsk_demo_run(dsk_ctx *ctx, const dsk_demo_opts *o_in, FILE *out) {
   fprintf(out, "demo: bytes and FLOP per sparse-decode.md §8 (R = 584 / 656 B per record, lse included); error vs "
                "the fp64 oracle, ACCURATE bound rel_l2 <= %.0e, max_abs <= %.0e*max|ref|, lse_abs <= %.0e\n",
           MLA_ACCURATE_REL_L2, MLA_ACCURATE_MAX_ABS_REL, MLA_ACCURATE_LSE_ABS);
+  fprintf(out, "demo: mHC row: prenorm+pre+post, D %d, cpb = split count S, GB/s over spec/mhc.md §5 bytes, rel_l2 / "
+               "max_abs of R' vs the cpu-ref; indexer row: logits + top-%d, ratio 4, GB/s over the key bytes read, "
+               "rel_l2 / max_abs of the scores; their bounds follow the result\n",
+          DEMO_MHC_D, 512);
   fprintf(out, "%-16s %-10s %3s %3s %-9s %3s %11s %8s %8s %9s %9s %9s  %s\n", "model", "backend", "T", "H", "widths",
           "cpb", "median_us", "GB/s", "TFLOPS", "rel_l2", "max_abs", "lse_abs", "result");
   fflush(out);
@@ -602,5 +1055,28 @@ int dsk_demo_run(dsk_ctx *ctx, const dsk_demo_opts *o_in, FILE *out) {
     fflush(out);
     if (!r->pass) rc = 1;
   }
+
+  /* the mHC and indexer rows */
+  dsk_ctx *ref = demo_ref_ctx();
+  demo_xrow xr[2];
+  memset(xr, 0, sizeof xr);
+  xr[0].model = "DSv4-Flash mHC";
+  xr[1].model = "DSv4-Flash index";
+  for (int i = 0; i < 2; i++) {
+    demo_xrow *r = &xr[i];
+    int err = !ref ? 1 : i == 0 ? demo_mhc(ctx, ref, &o, reps, r) : demo_indexer(ctx, ref, &o, reps, r);
+    if (err) {
+      fprintf(out, "%-16s %-10s %3d %3s %-9s  ERROR (%s)\n", r->model, ci.backend, DEMO_T, r->H, r->widths,
+              dsk_last_error());
+      rc = 1;
+      continue;
+    }
+    fprintf(out, "%-16s %-10s %3d %3s %-9s %3s %11.1f %8.2f %8.4f %9.2e %9.2e %9s  %s  %s\n", r->model, ci.backend,
+            DEMO_T, r->H, r->widths, r->cpb, r->median_us, r->gbps, r->tflops, r->rel_l2, r->max_abs, "-",
+            r->pass ? "PASS" : "FAIL", r->note);
+    fflush(out);
+    if (!r->pass) rc = 1;
+  }
+  if (ref) dsk_ctx_destroy(ref);
   return rc;
 }

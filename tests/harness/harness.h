@@ -38,8 +38,12 @@ int dsk_check_run(dsk_ctx *ctx, const dsk_check_opts *o, tu_counts *c);
 
 /* The main job (demo.c): DSv4-Flash and GLM-5.1 decode steps, written with
  * the writer, slot lists from the builders, decode on ctx's backend,
- * checked against the reference; one row per case. Returns 0 if every row
- * is within the spec's bound. */
+ * checked against the reference; one row per case. Then a DSv4-Flash mHC
+ * row (prenorm + pre + post, D 4096, T 16, vs the cpu-ref within
+ * spec/mhc.md §7) and a DSv4-Flash indexer row (C4A logits + top-512 over
+ * the same 32K-token contexts, scores within spec/indices.md §9's bound,
+ * top-k by its test rule). Returns 0 if every row is within the spec's
+ * bound. */
 typedef struct dsk_demo_opts {
   int reps;   /* timed repetitions (median); 0 = default */
   int quick;  /* smaller contexts (for tests) */
@@ -59,5 +63,44 @@ typedef struct dsk_bench_mla_opts {
   uint64_t seed;
 } dsk_bench_mla_opts;
 int dsk_bench_sparse_mla(dsk_ctx *ctx, const dsk_bench_mla_opts *o, FILE *out);
+
+/* `dsk bench mhc` (bench_mhc.c): DSv4-Flash (D 4096) and DSv4-Pro (D 7168)
+ * at T 1, 4, 16, 64, 256, 1024, 4096; per (model, T) one CSV row for
+ * prenorm + pre + post as one timed callable, then prenorm, pre, pre+norm,
+ * post and head alone. GB/s over the bytes of spec/mhc.md §5, % of the
+ * copy bandwidth measured in the same run. Returns 0 if every case ran. */
+typedef struct dsk_bench_mhc_opts {
+  int reps;             /* samples per case (median); 0 = 20 */
+  int warm;             /* 1 = no L2 flush between samples */
+  int quick;            /* T 1 and 4 only, a smaller copy measurement on the CPU (tests) */
+  int max_T;            /* skip T above this; 0 = all */
+  int only_T;           /* run only this T; 0 = all */
+  const char *model;    /* substring filter on the model name, or NULL */
+  const char *op;       /* only this op row (names as printed), or NULL */
+  int32_t fixed_splits; /* 0 = plan's choice; else pins S (models with S_max below it are skipped) */
+  uint64_t seed;
+} dsk_bench_mhc_opts;
+int dsk_bench_mhc(dsk_ctx *ctx, const dsk_bench_mhc_opts *o, FILE *out);
+
+/* `dsk bench indexer` (bench_indexer.c): dsk_indexer_logits, dsk_topk and
+ * the fused dsk_indexer_topk_slots for DSv4-Flash C4A (ratio 4, 64 heads,
+ * K 512), DeepSeek-V3.2 (ratio 1, 64 heads, K 2048) and GLM-5.1 (ratio 1,
+ * 32 heads, K 2048) at contexts 4K, 32K, 128K tokens and T 1, 16, 64 query
+ * rows (per_req rows per request; each request has the full context). One
+ * CSV row per (case, op); GB/s over the distinct key bytes read (logits,
+ * fused) or the scores read (top-k). Returns 0 if every case ran. */
+typedef struct dsk_bench_indexer_opts {
+  int reps;            /* samples per case (median); 0 = 20 */
+  int warm;            /* 1 = no L2 flush between samples */
+  int quick;           /* context 4K, T 1 and 4, fewer warm-ups (tests) */
+  int max_T;           /* skip T above this; 0 = all */
+  int only_T;          /* run only this T; 0 = all */
+  int64_t only_ctx;    /* run only this context (tokens); 0 = all */
+  int per_req;         /* query rows per request; 0 = 1 (a decode batch) */
+  const char *model;   /* substring filter on the model name, or NULL */
+  const char *op;      /* "logits", "topk" or "fused", or NULL = all */
+  uint64_t seed;
+} dsk_bench_indexer_opts;
+int dsk_bench_indexer(dsk_ctx *ctx, const dsk_bench_indexer_opts *o, FILE *out);
 
 #endif

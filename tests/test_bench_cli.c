@@ -1,0 +1,153 @@
+/* test_bench_cli.c - `dsk bench mhc` and `dsk bench indexer` run end to end
+ * in quick mode (the harness functions behind the CLI): every call
+ * succeeds, prints its comment lines, the CSV header and one row per (case,
+ * op) with the header's column count. Timing is never asserted. The
+ * context comes from DSK_TEST_DEVICE (default the CPU). Also: filters that
+ * select nothing print the header only, unknown op names fail. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "harness.h"
+
+static tu_counts counts;
+
+typedef struct csv_stats {
+  int comments, header, rows, bad_cols, goals;
+  char first_row[256];
+} csv_stats;
+
+static int count_commas(const char *s) {
+  int n = 0;
+  for (; *s; s++) n += *s == ',';
+  return n;
+}
+
+/* Reads back what a bench wrote to f. */
+static csv_stats scan(FILE *f, const char *header_start) {
+  csv_stats st;
+  memset(&st, 0, sizeof st);
+  char line[1024];
+  int cols = -1;
+  rewind(f);
+  while (fgets(line, sizeof line, f)) {
+    if (line[0] == '#') {
+      st.comments++;
+    } else if (strncmp(line, header_start, strlen(header_start)) == 0) {
+      st.header++;
+      cols = count_commas(line);
+    } else if (line[0] != '\n') {
+      if (!st.rows) {
+        strncpy(st.first_row, line, sizeof st.first_row - 1);
+        st.first_row[sizeof st.first_row - 1] = 0;
+      }
+      st.rows++;
+      if (count_commas(line) != cols) st.bad_cols++;
+      st.goals += strstr(line, ":yes") != NULL || strstr(line, ":no") != NULL;
+    }
+  }
+  return st;
+}
+
+static void test_mhc(dsk_ctx *ctx) {
+  FILE *f = tmpfile();
+  TU_CHECK(&counts, f != NULL, "tmpfile");
+  if (!f) return;
+  dsk_bench_mhc_opts o;
+  memset(&o, 0, sizeof o);
+  o.quick = 1;
+  o.reps = 2;
+  o.warm = 1;
+  const double t0 = tu_now_us();
+  int rc = dsk_bench_mhc(ctx, &o, f);
+  TU_CHECK(&counts, rc == 0, "dsk_bench_mhc quick returned %d: %s", rc, dsk_last_error());
+  csv_stats s = scan(f, "model,D,T,S,op,");
+  /* 2 models x T {1, 4} x 6 ops */
+  TU_CHECK(&counts, s.header == 1 && s.comments >= 2, "mhc: header %d, comments %d", s.header, s.comments);
+  TU_CHECK(&counts, s.rows == 24, "mhc: %d rows, expected 24", s.rows);
+  TU_CHECK(&counts, s.bad_cols == 0, "mhc: %d rows with the wrong column count", s.bad_cols);
+  TU_CHECK(&counts, s.goals == 2, "mhc: %d goal cells, expected 2 (T=1 prenorm+pre+post per model)", s.goals);
+  printf("bench mhc quick: %d rows in %.1f s; first: %s", s.rows, (tu_now_us() - t0) * 1e-6, s.first_row);
+  fclose(f);
+
+  /* filters: one row; nothing selected; a pinned split count; a bad op */
+  f = tmpfile();
+  if (!f) return;
+  o.model = "pro";
+  o.only_T = 4;
+  o.warm = 0; /* one row with the L2 flush between samples */
+  o.op = "post";
+  o.fixed_splits = 1;
+  rc = dsk_bench_mhc(ctx, &o, f);
+  s = scan(f, "model,D,T,S,op,");
+  TU_CHECK(&counts, rc == 0 && s.rows == 1, "mhc filtered: rc %d, %d rows (expected 1)", rc, s.rows);
+  TU_CHECK(&counts, strncmp(s.first_row, "dsv4-pro,7168,4,1,post,", 23) == 0, "mhc filtered row: %s", s.first_row);
+  fclose(f);
+  f = tmpfile();
+  if (!f) return;
+  o.only_T = 3;
+  rc = dsk_bench_mhc(ctx, &o, f);
+  s = scan(f, "model,D,T,S,op,");
+  TU_CHECK(&counts, rc == 0 && s.rows == 0 && s.header == 1, "mhc empty: rc %d, %d rows", rc, s.rows);
+  o.only_T = 0;
+  o.op = "sinkhorn";
+  rc = dsk_bench_mhc(ctx, &o, f);
+  TU_CHECK(&counts, rc != 0, "mhc: unknown op accepted");
+  fclose(f);
+}
+
+static void test_indexer(dsk_ctx *ctx) {
+  FILE *f = tmpfile();
+  TU_CHECK(&counts, f != NULL, "tmpfile");
+  if (!f) return;
+  dsk_bench_indexer_opts o;
+  memset(&o, 0, sizeof o);
+  o.quick = 1;
+  o.reps = 2;
+  o.warm = 1;
+  const double t0 = tu_now_us();
+  int rc = dsk_bench_indexer(ctx, &o, f);
+  TU_CHECK(&counts, rc == 0, "dsk_bench_indexer quick returned %d: %s", rc, dsk_last_error());
+  csv_stats s = scan(f, "model,ratio,H,K,");
+  /* 3 models x 1 context x T {1, 4} x 3 ops */
+  TU_CHECK(&counts, s.header == 1 && s.comments >= 2, "indexer: header %d, comments %d", s.header, s.comments);
+  TU_CHECK(&counts, s.rows == 18, "indexer: %d rows, expected 18", s.rows);
+  TU_CHECK(&counts, s.bad_cols == 0, "indexer: %d rows with the wrong column count", s.bad_cols);
+  printf("bench indexer quick: %d rows in %.1f s; first: %s", s.rows, (tu_now_us() - t0) * 1e-6, s.first_row);
+  fclose(f);
+
+  /* MTP layout (4 rows per request) on one model and op */
+  f = tmpfile();
+  if (!f) return;
+  o.model = "glm";
+  o.only_T = 4;
+  o.per_req = 4;
+  o.op = "fused";
+  rc = dsk_bench_indexer(ctx, &o, f);
+  s = scan(f, "model,ratio,H,K,");
+  TU_CHECK(&counts, rc == 0 && s.rows == 1, "indexer filtered: rc %d, %d rows (expected 1)", rc, s.rows);
+  TU_CHECK(&counts, strncmp(s.first_row, "glm-5.1,1,32,2048,4096,4096,4,1,fused,", 38) == 0, "indexer filtered row: %s",
+           s.first_row);
+  fclose(f);
+  f = tmpfile();
+  if (!f) return;
+  o.model = "no-such-model";
+  rc = dsk_bench_indexer(ctx, &o, f);
+  s = scan(f, "model,ratio,H,K,");
+  TU_CHECK(&counts, rc == 0 && s.rows == 0 && s.header == 1, "indexer empty: rc %d, %d rows", rc, s.rows);
+  o.model = NULL;
+  o.op = "softmax";
+  rc = dsk_bench_indexer(ctx, &o, f);
+  TU_CHECK(&counts, rc != 0, "indexer: unknown op accepted");
+  fclose(f);
+}
+
+int main(void) {
+  dsk_ctx *ctx = tu_ctx(NULL);
+  TU_CHECK(&counts, ctx != NULL, "context");
+  if (!ctx) return tu_finish("test_bench_cli", &counts);
+  test_mhc(ctx);
+  test_indexer(ctx);
+  dsk_ctx_destroy(ctx);
+  return tu_finish("test_bench_cli", &counts);
+}
