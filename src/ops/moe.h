@@ -1,0 +1,36 @@
+/* moe.h - internal helpers of the MoE ops (src/ops/moe.c,
+ * src/ops/moe_prepare.c). Not public API. */
+#ifndef DSK_OPS_MOE_H
+#define DSK_OPS_MOE_H
+
+#include "ops.h"
+#include "dsk_moe_draft.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Validation of any MoE op's descriptor (op = DSK_OP_MOE_*), as the run call
+ * does it (workspace included), for dsk_op_supported once merged. */
+dsk_status dsk__moe_validate(const dsk_ctx *ctx, int op, const void *desc);
+
+/* The moe.gemm tactic for a validated shape: desc->tactic checked (forced)
+ * or the heuristic of autotune.md §1; *source gets a dsk_tactic_source. */
+dsk_status dsk__moe_gemm_resolve_tactic(const dsk_ctx *ctx, const dsk_tactic *given, int64_t A_used, int64_t N,
+                                        int64_t K, int64_t E_local, int64_t expected_m, const char *op,
+                                        const char *field, dsk_tactic *out, int *source);
+
+/* Byte layout of the dsk_moe_run workspace for T tokens. */
+typedef struct dsk__moe_ws {
+  int64_t M_sum, A_used;
+  int64_t ids, w, xq, xsf, A, Asf, mind, inv, sfa, D, sfa2, perm, sfx, S1, S2, ssf2, Sout; /* offsets */
+  int64_t perm_bytes;
+  int64_t total;
+} dsk__moe_ws;
+/* desc validated up to shapes; T >= 1. */
+void dsk__moe_ws_layout(const dsk_ctx *ctx, const dsk_moe_desc *d, int64_t T, dsk__moe_ws *ws);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
