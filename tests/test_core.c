@@ -86,13 +86,24 @@ static void test_version(void) {
   } more[] = {{DSK_OP_MHC_PRENORM, "mhc_prenorm"},       {DSK_OP_MHC_PRE, "mhc_pre"},
               {DSK_OP_MHC_POST, "mhc_post"},             {DSK_OP_MHC_HEAD, "mhc_head"},
               {DSK_OP_INDEXER_LOGITS, "indexer_logits"}, {DSK_OP_TOPK, "topk"},
-              {DSK_OP_INDEXER_SLOTS, "indexer_topk_slots"}};
+              {DSK_OP_INDEXER_SLOTS, "indexer_topk_slots"}, {DSK_OP_MOE_MX_QUANTIZE, "mx_quantize"},
+              {DSK_OP_MOE_FP8_QUANTIZE, "fp8_quantize_1x128"}, {DSK_OP_MOE_PACK_WORDS, "pack_ue8m0_words"},
+              {DSK_OP_MOE_SF_PACK, "sf_pack_mn_major"}, {DSK_OP_MOE_ROUTE, "moe_route"},
+              {DSK_OP_MOE_PERMUTE, "moe_permute"},       {DSK_OP_MOE_GEMM, "moe_gemm"},
+              {DSK_OP_MOE_SWIGLU_QUANT, "swiglu_quant"}, {DSK_OP_MOE_GATHER, "moe_gather"},
+              {DSK_OP_MOE_DENSE_GEMM, "dense_fp8_gemm"}, {DSK_OP_MOE_FORWARD, "moe_forward"}};
   for (size_t i = 0; i < sizeof more / sizeof more[0]; i++)
     TU_CHECK(&counts, dsk_op_name(more[i].op) && strcmp(dsk_op_name(more[i].op), more[i].name) == 0,
              "op %d: '%s' != '%s'", (int)more[i].op, dsk_op_name(more[i].op) ? dsk_op_name(more[i].op) : "(null)",
              more[i].name);
   TU_CHECK(&counts, DSK_OP_MHC_PRENORM == 20 && DSK_OP_MHC_HEAD == 23 && DSK_OP_INDEXER_LOGITS == 30 &&
                         DSK_OP_INDEXER_SLOTS == 32, "op ids");
+  TU_CHECK(&counts, DSK_OP_MOE_MX_QUANTIZE == 40 && DSK_OP_MOE_FP8_QUANTIZE == 41 && DSK_OP_MOE_PACK_WORDS == 42 &&
+                        DSK_OP_MOE_SF_PACK == 43 && DSK_OP_MOE_ROUTE == 44 && DSK_OP_MOE_PERMUTE == 45 &&
+                        DSK_OP_MOE_GEMM == 46 && DSK_OP_MOE_SWIGLU_QUANT == 47 && DSK_OP_MOE_GATHER == 48 &&
+                        DSK_OP_MOE_DENSE_GEMM == 49 && DSK_OP_MOE_FORWARD == 50,
+           "MoE op ids");
+  TU_CHECK(&counts, dsk_op_name((dsk_op)39) == NULL && dsk_op_name((dsk_op)51) == NULL, "names around the MoE ids");
   TU_CHECK(&counts, dsk_op_name((dsk_op)0) == NULL && dsk_op_name((dsk_op)99) == NULL, "unknown op names");
 }
 
@@ -657,6 +668,41 @@ static void test_op_supported(void) {
   fd.struct_size = sizeof fd;
   TU_CHECK_OK(&counts, dsk_op_supported(ctx, DSK_OP_INDEXER_SLOTS, &fd, &sup, reason, sizeof reason));
   TU_CHECK(&counts, sup == 1, "indexer_topk_slots T=0 no-op not supported: '%s'", reason);
+  TU_CHECK(&counts, dsk_last_error()[0] == 0, "dsk_op_supported left an error: '%s'", dsk_last_error());
+
+  /* the MoE ops answer through dsk__moe_validate and the cpu-ref's MoE slots */
+  static float mx_x[32];
+  static uint8_t mx_q[16], mx_sf[1];
+  dsk_mx_quantize_desc mq;
+  memset(&mq, 0, sizeof mq);
+  mq.struct_size = sizeof mq;
+  mq.rows = 1;
+  mq.K = 32;
+  mq.x_dtype = DSK_MOE_IN_F32;
+  mq.x = mx_x;
+  mq.x_stride = 32;
+  mq.q = mx_q;
+  mq.q_stride = 16;
+  mq.sf = mx_sf;
+  mq.sf_stride = 1;
+  TU_CHECK_OK(&counts, dsk_op_supported(ctx, DSK_OP_MOE_MX_QUANTIZE, &mq, &sup, reason, sizeof reason));
+  TU_CHECK(&counts, sup == 1 && strstr(reason, "mx_quantize") && strstr(reason, "cpu-ref"), "valid mx_quantize: %d '%s'",
+           sup, reason);
+  mq.K = 48;
+  TU_CHECK_OK(&counts, dsk_op_supported(ctx, DSK_OP_MOE_MX_QUANTIZE, &mq, &sup, reason, sizeof reason));
+  TU_CHECK(&counts, sup == 0 && strstr(reason, "K 48"), "mx_quantize K 48: %d '%s'", sup, reason);
+  dsk_moe_desc md;
+  dsk_moe_desc_init(&md, DSK_MOE_MODEL_DSV4_FLASH);
+  TU_CHECK_OK(&counts, dsk_op_supported(ctx, DSK_OP_MOE_FORWARD, &md, &sup, reason, sizeof reason));
+  TU_CHECK(&counts, sup == 1 && strstr(reason, "moe_forward"), "moe_forward T=0 no-op: %d '%s'", sup, reason);
+  md.T = 1;
+  TU_CHECK_OK(&counts, dsk_op_supported(ctx, DSK_OP_MOE_FORWARD, &md, &sup, reason, sizeof reason));
+  TU_CHECK(&counts, sup == 0 && strstr(reason, "moe_forward"), "moe_forward without buffers: %d '%s'", sup, reason);
+  dsk_moe_gemm_desc gd;
+  memset(&gd, 0, sizeof gd);
+  gd.struct_size = sizeof gd - 1;
+  TU_CHECK_OK(&counts, dsk_op_supported(ctx, DSK_OP_MOE_GEMM, &gd, &sup, reason, sizeof reason));
+  TU_CHECK(&counts, sup == 0 && strstr(reason, "struct_size"), "moe_gemm struct_size: %d '%s'", sup, reason);
   TU_CHECK(&counts, dsk_last_error()[0] == 0, "dsk_op_supported left an error: '%s'", dsk_last_error());
 
   /* questions that cannot be answered */

@@ -34,9 +34,8 @@
 #include <string.h>
 
 #include "dsk.h"
-#include "dsk_moe_draft.h"
 #include "testutil.h"
-#include "check_moe.h"
+#include "harness.h"
 
 static tu_counts C;
 static dsk_ctx *g_ctx;
@@ -1395,7 +1394,7 @@ int main(void) {
   test_gemm();
   test_forward();
   test_forward_bad();
-  /* the harness check (`dsk check --only moe` once wired), quick shapes */
+  /* the harness check (`dsk check --only moe`), quick shapes */
   dsk_check_opts co;
   memset(&co, 0, sizeof co);
   co.quick = 1;

@@ -1,5 +1,5 @@
 /* test_mxfp4.c - bit-exact tests of the MXFP4 / FP8 MoE formats and layouts
- * (spec/mxfp4-moe.md §1.3, §2, §4, §5.2-§5.3; include/dsk_moe_draft.h):
+ * (spec/mxfp4-moe.md §1.3, §2, §4, §5.2-§5.3; include/dsk.h, MoE section):
  *
  *  0. the UE8M0 weight decoder and DeepGEMM's pow2 <-> byte trick;
  *  1. dsk_mx_quantize: hand-computed blocks from the §2.1 table (every
@@ -31,7 +31,6 @@
 #include <string.h>
 
 #include "dsk.h"
-#include "dsk_moe_draft.h"
 #include "testutil.h"
 #include "format/mxfp4.h" /* internal: the DeepGEMM pow2 <-> byte trick */
 

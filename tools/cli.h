@@ -21,6 +21,7 @@ int dsk_cmd_info(int argc, char **argv);  /* cmd_info.c */
 int dsk_cmd_check(int argc, char **argv); /* cmd_check.c */
 int dsk_cmd_demo(int argc, char **argv);  /* cmd_demo.c */
 int dsk_cmd_bench(int argc, char **argv); /* cmd_bench.c */
+int dsk_cmd_tune(int argc, char **argv);  /* cmd_tune.c */
 
 /* ---- helpers (dsk.c) */
 

@@ -8,7 +8,7 @@
 
 static const char *const k_usage =
     "usage: dsk check [--device D] [--backend B] [--quick] [--seed N]\n"
-    "                 [--only kv|slots|sparse_mla|mhc|indexer] [--verbose]\n"
+    "                 [--only kv|slots|sparse_mla|mhc|indexer|moe] [--verbose]\n"
     "\n"
     "Runs every op of the backend-vs-reference harness on the backend of a new\n"
     "context and compares its results with the CPU reference (and, for sparse\n"
@@ -22,7 +22,7 @@ static const char *const k_usage =
     "                DSK_BACKEND variable, else automatic\n"
     "  --quick       reduced shapes (what `make test` and the aarch64 CI step run)\n"
     "  --seed N      random seed (default 1); the same seed gives the same cases\n"
-    "  --only OP     run only kv, slots, sparse_mla, mhc or indexer\n"
+    "  --only OP     run only kv, slots, sparse_mla, mhc, indexer or moe\n"
     "  --verbose     print every case, not only failures\n"
     "  -h, --help    this text\n"
     "\n"
@@ -56,8 +56,9 @@ int dsk_cmd_check(int argc, char **argv) {
     } else if ((r = dsk_cli_opt_value(argc, argv, &i, "--only", &v)) != 0) {
       if (r < 0) return dsk_cli_usage_error("check", k_usage, "--only needs a value");
       if (strcmp(v, "kv") != 0 && strcmp(v, "slots") != 0 && strcmp(v, "sparse_mla") != 0 && strcmp(v, "mhc") != 0 &&
-          strcmp(v, "indexer") != 0)
-        return dsk_cli_usage_error("check", k_usage, "--only '%s': expected kv, slots, sparse_mla, mhc or indexer", v);
+          strcmp(v, "indexer") != 0 && strcmp(v, "moe") != 0)
+        return dsk_cli_usage_error("check", k_usage,
+                                   "--only '%s': expected kv, slots, sparse_mla, mhc, indexer or moe", v);
       o.only = v;
     } else {
       return dsk_cli_usage_error("check", k_usage, "unknown option '%s'", a);

@@ -20,6 +20,7 @@ static const char *const k_usage =
     "  demo    the main job: DSv4-Flash and GLM-5.1 decode steps on realistic\n"
     "          shapes, checked against the reference, with timings\n"
     "  bench   benchmarks (CSV-like rows)\n"
+    "  tune    tune a model's keys into this device's tactic cache (--list, --gc)\n"
     "  help    `dsk help <command>` = `dsk <command> --help`\n"
     "\n"
     "Run `dsk <command> --help` for the options of a command. Environment\n"
@@ -36,6 +37,7 @@ static const cli_cmd k_cmds[] = {
     {"check", dsk_cmd_check},
     {"demo", dsk_cmd_demo},
     {"bench", dsk_cmd_bench},
+    {"tune", dsk_cmd_tune},
 };
 
 static const cli_cmd *find_cmd(const char *name) {

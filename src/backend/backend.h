@@ -75,6 +75,22 @@ typedef struct dsk_backend {
   /* Workspace bytes of one top-k call (>= 0; NULL = none needed). */
   int64_t (*topk_workspace)(const dsk_ctx *ctx, const dsk__topk_args *a);
   dsk_status (*topk)(dsk_ctx *ctx, const dsk__topk_args *a);
+  /* MXFP4 / FP8 MoE (spec/mxfp4-moe.md; docs/moe.md), one slot per run
+   * call of include/dsk.h's MoE section. The work count (rows, T, M_sum,
+   * M, MN) is >= 1; the GEMMs get the resolved tactic. src/ops/moe.c
+   * composes dsk_moe_run from these slots (it has no slot of its own).
+   * The permute workspace is sized by the cpu-ref rule
+   * (dsk__ref_moe_permute_workspace: two int64 arrays of E_local). */
+  dsk_status (*mx_quantize)(dsk_ctx *ctx, const dsk_mx_quantize_desc *d);
+  dsk_status (*fp8_quantize_1x128)(dsk_ctx *ctx, const dsk_fp8_quantize_desc *d);
+  dsk_status (*pack_ue8m0_words)(dsk_ctx *ctx, const dsk_pack_ue8m0_desc *d);
+  dsk_status (*sf_pack_mn_major)(dsk_ctx *ctx, const dsk_sf_pack_desc *d);
+  dsk_status (*moe_route)(dsk_ctx *ctx, const dsk_moe_route_desc *d);
+  dsk_status (*moe_permute)(dsk_ctx *ctx, const dsk_moe_permute_desc *d);
+  dsk_status (*moe_gemm)(dsk_ctx *ctx, const dsk_moe_gemm_desc *d, const dsk_tactic *t);
+  dsk_status (*swiglu_quant)(dsk_ctx *ctx, const dsk_swiglu_quant_desc *d);
+  dsk_status (*moe_gather)(dsk_ctx *ctx, const dsk_moe_gather_desc *d);
+  dsk_status (*dense_fp8_gemm)(dsk_ctx *ctx, const dsk_dense_gemm_desc *d, const dsk_tactic *t);
   /* Timing (src/tune/bench.c drives them): fills samples_us[0..reps). */
   dsk_status (*bench_samples)(dsk_ctx *ctx, dsk_bench_fn fn, void *user, const dsk_bench_opts *o,
                               double *samples_us);

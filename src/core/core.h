@@ -20,6 +20,7 @@ extern "C" {
 #endif
 
 struct dsk_backend;
+struct dsk__tuner;
 
 /* Settings read from DSK_* variables in dsk_ctx_create (docs/environment.md). */
 typedef struct dsk_env {
@@ -27,6 +28,17 @@ typedef struct dsk_env {
   int log_level;      /* DSK_LOG_LEVEL, -1 unset */
   int num_threads;    /* DSK_NUM_THREADS, 0 unset */
   int test_as_sm120;  /* DSK_TEST_AS_SM120 */
+  /* Autotune and its cache (spec/autotune.md §7; docs/autotune.md). Paths
+   * are copied verbatim ("" = unset); src/tune checks them (A13). */
+  char cache_dir[1024];      /* DSK_CACHE_DIR */
+  char xdg_cache_home[1024]; /* XDG_CACHE_HOME (not a DSK_ variable: the XDG rule of A13) */
+  char home[1024];           /* HOME */
+  int autotune;              /* DSK_AUTOTUNE: 0, 1 (default), 2 = force */
+  int autotune_cache;        /* DSK_AUTOTUNE_CACHE: 0 rw (default), 1 ro, 2 off */
+  int autotune_l2;           /* DSK_AUTOTUNE_L2: 0 auto (default), 1 cold, 2 warm */
+  int autotune_max_mb;       /* DSK_AUTOTUNE_MAX_MB: default 2048 */
+  int autotune_require_hit;  /* DSK_AUTOTUNE_REQUIRE_HIT: 0 / 1 */
+  char autotune_bad[160];    /* names of DSK_AUTOTUNE* variables whose value was not understood */
 } dsk_env;
 
 struct dsk_ctx {
@@ -37,6 +49,7 @@ struct dsk_ctx {
   int num_threads;
   void *default_stream;  /* CUDA: stream created for the context */
   void *backend_state;   /* owned by the backend (init/fini) */
+  struct dsk__tuner *tuner; /* src/tune: tuned entries, cache, counters; created on first use */
 };
 
 /* Sets the thread-local error text and returns st. Use as

@@ -17,7 +17,6 @@
 #include <stdint.h>
 
 #include "format.h"
-#include "dsk_moe_draft.h"
 
 #ifdef __cplusplus
 extern "C" {

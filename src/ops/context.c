@@ -5,6 +5,8 @@
 #include <string.h>
 
 #include "ops.h"
+#include "moe.h"
+#include "../tune/tuner.h"
 
 const char *dsk_version(void) { return DSK_VERSION_STRING; }
 
@@ -29,6 +31,17 @@ const char *dsk_op_name(dsk_op op) {
     case DSK_OP_INDEXER_LOGITS: return "indexer_logits";
     case DSK_OP_TOPK: return "topk";
     case DSK_OP_INDEXER_SLOTS: return "indexer_topk_slots";
+    case DSK_OP_MOE_MX_QUANTIZE: return "mx_quantize";
+    case DSK_OP_MOE_FP8_QUANTIZE: return "fp8_quantize_1x128";
+    case DSK_OP_MOE_PACK_WORDS: return "pack_ue8m0_words";
+    case DSK_OP_MOE_SF_PACK: return "sf_pack_mn_major";
+    case DSK_OP_MOE_ROUTE: return "moe_route";
+    case DSK_OP_MOE_PERMUTE: return "moe_permute";
+    case DSK_OP_MOE_GEMM: return "moe_gemm";
+    case DSK_OP_MOE_SWIGLU_QUANT: return "swiglu_quant";
+    case DSK_OP_MOE_GATHER: return "moe_gather";
+    case DSK_OP_MOE_DENSE_GEMM: return "dense_fp8_gemm";
+    case DSK_OP_MOE_FORWARD: return "moe_forward";
   }
   return NULL;
 }
@@ -103,6 +116,7 @@ dsk_status dsk_ctx_create(dsk_ctx **out, const dsk_ctx_opts *opts_in) {
 void dsk_ctx_destroy(dsk_ctx *ctx) {
   if (!ctx) return;
   if (ctx->backend && ctx->backend->fini) ctx->backend->fini(ctx);
+  dsk__tuner_destroy(ctx->tuner);
   free(ctx);
 }
 
@@ -213,6 +227,20 @@ dsk_status dsk_op_supported(dsk_ctx *ctx, dsk_op op, const void *desc, int *supp
     case DSK_OP_INDEXER_SLOTS: /* composed from the scores, top-k and slot-list slots */
       st = dsk__indexer_topk_slots_validate(ctx, (const dsk_indexer_topk_slots_desc *)desc);
       has_slot = b->indexer_logits != NULL && b->topk != NULL && b->slot_list_build != NULL;
+      break;
+    case DSK_OP_MOE_MX_QUANTIZE:
+    case DSK_OP_MOE_FP8_QUANTIZE:
+    case DSK_OP_MOE_PACK_WORDS:
+    case DSK_OP_MOE_SF_PACK:
+    case DSK_OP_MOE_ROUTE:
+    case DSK_OP_MOE_PERMUTE:
+    case DSK_OP_MOE_GEMM:
+    case DSK_OP_MOE_SWIGLU_QUANT:
+    case DSK_OP_MOE_GATHER:
+    case DSK_OP_MOE_DENSE_GEMM:
+    case DSK_OP_MOE_FORWARD: /* composed from the op slots; which ones depends on desc */
+      st = dsk__moe_validate(ctx, (int)op, desc);
+      has_slot = st == DSK_STATUS_OK && dsk__moe_served(b, (int)op, desc);
       break;
     default:
       return dsk__fail(DSK_STATUS_INVALID_ARG, "dsk_op_supported: unknown op %d", (int)op);

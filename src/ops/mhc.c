@@ -15,8 +15,9 @@
  * the in-place dsk_mhc_post (R_out == R with the same stride). Partials and
  * workspace sizes are checked against the resolved S.
  *
- * Split resolution: fixed_splits > 0 pins S; 0 = the tuned entry (no tuner
- * yet) else the heuristic of spec/mhc.md §5 with ctx->info.sm_count.
+ * Split resolution: fixed_splits > 0 pins S; 0 = the tuned entry of the
+ * (nD, T bucket) key (prenorm; pre re-derives it) else the heuristic of
+ * spec/mhc.md §5 with ctx->info.sm_count (mhc_head: always the heuristic).
  */
 #include <inttypes.h>
 #include <math.h>
@@ -25,6 +26,7 @@
 #include <string.h>
 
 #include "ops.h"
+#include "../tune/tuner.h"
 
 #define MHC_T_MAX INT64_C(2147483647)
 #define MHC_ITERS_MAX 1000
@@ -89,15 +91,57 @@ void dsk_mhc_head_desc_init(dsk_mhc_head_desc *d) {
 
 /* ------------------------------------------------------------- splits */
 /* The split count a run with this (fixed_splits, nD, T) uses on ctx, and its
- * source (dsk_tactic_source). fixed_splits must already be valid. */
-static int64_t mhc_resolve_splits(const dsk_ctx *ctx, int64_t fixed, int64_t nD, int64_t T, int *source) {
+ * source (dsk_tactic_source). fixed_splits must already be valid. 0 on
+ * mhc_prenorm: the tuned entry of the (nD, T bucket) key (src/tune), else the
+ * heuristic; mhc_pre re-derives the same S (mode FOLLOW: same lookup, not
+ * counted). mhc_head is not tunable (autotune.md §1 lists only prenorm): the
+ * heuristic. Fails only with DSK_STATUS_TUNE_MISS (REQUIRE_HIT). */
+static dsk_status mhc_resolve_splits(const dsk_ctx *ctx, int op, int mode, int64_t fixed, int64_t nD, int64_t T,
+                                     int *source, int64_t *S) {
   if (fixed > 0) {
     if (source) *source = DSK_TACTIC_FORCED;
-    return fixed;
+    *S = fixed;
+    return DSK_STATUS_OK;
   }
-  /* No tuner yet (src/tune has no cache): the heuristic. */
+  int64_t h = dsk_mhc_splits_heuristic(nD, T, ctx ? ctx->info.sm_count : 1);
   if (source) *source = DSK_TACTIC_HEURISTIC;
-  return dsk_mhc_splits_heuristic(nD, T, ctx ? ctx->info.sm_count : 1);
+  *S = h;
+  if (op == DSK_OP_MHC_HEAD || !ctx) return DSK_STATUS_OK;
+  dsk__tune_shape sh;
+  memset(&sh, 0, sizeof sh);
+  sh.op = DSK_OP_MHC_PRENORM;
+  sh.nD = nD;
+  sh.T = T;
+  dsk_tactic ht, t;
+  memset(&ht, 0, sizeof ht);
+  ht.op = DSK_OP_MHC_PRENORM;
+  ht.version = DSK_MHC_TACTIC_VERSION;
+  ht.v[0] = (int32_t)h;
+  int src = DSK_TACTIC_HEURISTIC;
+  dsk_status st = dsk__tune_resolve(ctx, &sh, &ht, mode, &t, &src);
+  if (st != DSK_STATUS_OK) return st;
+  *S = t.v[0];
+  if (source) *source = src;
+  return DSK_STATUS_OK;
+}
+
+int dsk__mhc_prenorm_tactics(int64_t nD, dsk_tactic *out, int max) {
+  int64_t smax = dsk_mhc_max_splits(nD);
+  int n = 0;
+  for (int64_t S = 1; S <= smax && n < max; S++, n++) {
+    memset(&out[n], 0, sizeof out[n]);
+    out[n].op = DSK_OP_MHC_PRENORM;
+    out[n].version = DSK_MHC_TACTIC_VERSION;
+    out[n].v[0] = (int32_t)S;
+  }
+  return n;
+}
+
+int dsk__mhc_prenorm_tactic_fix(int64_t nD, dsk_tactic *t) {
+  if (t->op != DSK_OP_MHC_PRENORM || t->version != DSK_MHC_TACTIC_VERSION) return 0;
+  for (int i = 1; i < 6; i++)
+    if (t->v[i] != 0) return 0;
+  return t->v[0] >= 1 && t->v[0] <= dsk_mhc_max_splits(nD);
 }
 
 static void mhc_tactic(dsk_tactic *t, int op, int64_t S) {
@@ -234,7 +278,8 @@ static dsk_status check_partials(const char *op, const char *name, const void *p
 /* ----------------------------------------------------------- prenorm */
 #define OP_PRENORM "mhc_prenorm"
 
-/* run = 0 (plan): partials are not checked. */
+/* run = 0 (plan): partials are not checked; 1: a run call (the tuner lookup
+ * counts); 2: dsk_op_supported (checked as a run, not counted). */
 static dsk_status prenorm_validate(const dsk_ctx *ctx, const dsk_mhc_prenorm_desc *d, int run, int64_t *S_out,
                                    int *source) {
   const char *op = OP_PRENORM;
@@ -254,7 +299,10 @@ static dsk_status prenorm_validate(const dsk_ctx *ctx, const dsk_mhc_prenorm_des
   if ((st = check_splits(op, d->fixed_splits, d->nD)) != DSK_STATUS_OK) return st;
   if ((st = check_rows(ctx, op, "R", d->R, d->R_stride, d->T, d->nD, 2, 1)) != DSK_STATUS_OK) return st;
   if ((st = check_f32(ctx, op, "fn", d->fn, DSK_MHC_MIX * d->nD, 1)) != DSK_STATUS_OK) return st;
-  int64_t S = mhc_resolve_splits(ctx, d->fixed_splits, d->nD, d->T, source);
+  int64_t S = 0;
+  st = mhc_resolve_splits(ctx, DSK_OP_MHC_PRENORM, run == 1 ? DSK__TUNE_RUN : run == 2 ? DSK__TUNE_FOLLOW : DSK__TUNE_PLAN, d->fixed_splits, d->nD,
+                          d->T, source, &S);
+  if (st != DSK_STATUS_OK) return st;
   if (S_out) *S_out = S;
   if (run) {
     if ((st = check_partials(op, "partials", d->partials, d->partials_bytes, S * d->T * 25 * 4, S, d->T, 25)) !=
@@ -340,7 +388,9 @@ static dsk_status pre_validate(const dsk_ctx *ctx, const dsk_mhc_pre_desc *d, in
   if (!isfinite(d->post_mult))
     return dsk__fail(DSK_STATUS_INVALID_ARG, "%s: post_mult %g is not finite (DSv4: 2.0)", op, (double)d->post_mult);
   if (d->norm_w && (st = check_eps(op, "norm_eps", d->norm_eps, 0)) != DSK_STATUS_OK) return st;
-  int64_t S = mhc_resolve_splits(ctx, d->fixed_splits, d->nD, d->T, NULL);
+  int64_t S = 0;
+  st = mhc_resolve_splits(ctx, DSK_OP_MHC_PRE, DSK__TUNE_FOLLOW, d->fixed_splits, d->nD, d->T, NULL, &S);
+  if (st != DSK_STATUS_OK) return st;
   if (S_out) *S_out = S;
   if ((st = check_partials(op, "partials", d->partials, d->partials_bytes, S * d->T * 25 * 4, S, d->T, 25)) !=
       DSK_STATUS_OK)
@@ -446,7 +496,9 @@ static dsk_status head_validate(const dsk_ctx *ctx, const dsk_mhc_head_desc *d, 
   if (rows_overlap(d->h, d->h_stride, d->D, d->R, d->R_stride, d->nD, d->T, 2))
     return dsk__fail(DSK_STATUS_INVALID_ARG, "%s: h %p (h_stride %" PRId64 ") overlaps R %p (R_stride %" PRId64 ")",
                      op, (void *)d->h, d->h_stride, (const void *)d->R, d->R_stride);
-  int64_t S = mhc_resolve_splits(ctx, d->fixed_splits, d->nD, d->T, source);
+  int64_t S = 0;
+  st = mhc_resolve_splits(ctx, DSK_OP_MHC_HEAD, DSK__TUNE_FOLLOW, d->fixed_splits, d->nD, d->T, source, &S);
+  if (st != DSK_STATUS_OK) return st;
   if (S_out) *S_out = S;
   if (run) {
     if ((st = check_partials(op, "workspace", d->workspace, d->workspace_bytes, S * d->T * 5 * 4, S, d->T, 5)) !=
@@ -484,7 +536,7 @@ dsk_status dsk_mhc_head(dsk_ctx *ctx, const dsk_mhc_head_desc *d) {
 /* ------------------------------------------------ for dsk_op_supported */
 dsk_status dsk__mhc_validate(const dsk_ctx *ctx, int op, const void *desc) {
   switch (op) {
-    case DSK_OP_MHC_PRENORM: return prenorm_validate(ctx, (const dsk_mhc_prenorm_desc *)desc, 1, NULL, NULL);
+    case DSK_OP_MHC_PRENORM: return prenorm_validate(ctx, (const dsk_mhc_prenorm_desc *)desc, 2, NULL, NULL);
     case DSK_OP_MHC_PRE: return pre_validate(ctx, (const dsk_mhc_pre_desc *)desc, NULL);
     case DSK_OP_MHC_POST: return post_validate(ctx, (const dsk_mhc_post_desc *)desc);
     case DSK_OP_MHC_HEAD: return head_validate(ctx, (const dsk_mhc_head_desc *)desc, 1, NULL, NULL);

@@ -1,14 +1,14 @@
 /* moe.c - descriptor validation, tactic resolution and dispatch of the MoE
- * ops (include/dsk_moe_draft.h; spec/mxfp4-moe.md; docs/moe.md), the pure
- * alignment helpers, and dsk_moe_run composed from the ops.
+ * ops (include/dsk.h, MoE section; spec/mxfp4-moe.md; docs/moe.md), the
+ * pure alignment helpers, and dsk_moe_run composed from the ops.
  *
  * Every run call validates its whole descriptor first (struct_size, enums,
  * counts, shapes, pointers, strides, the tactic), naming the field in
  * dsk_last_error(); a zero work count (T, rows, M_sum) returns OK before
- * shapes and pointers are looked at. CPU contexts then call the cpu-ref
- * (src/backend/cpu/ref_moe.h) directly; CUDA contexts get
- * DSK_STATUS_UNSUPPORTED until the CUDA MoE kernels exist (the lead folds
- * these calls into the backend table then).
+ * shapes and pointers are looked at. Then it calls the backend's slot
+ * (struct dsk_backend); a NULL slot is DSK_STATUS_UNSUPPORTED naming the op
+ * and the backend (the CUDA tables have no MoE slots yet). The permute
+ * workspace is sized by the cpu-ref rule (dsk__ref_moe_permute_workspace).
  */
 #include <inttypes.h>
 #include <math.h>
@@ -21,24 +21,6 @@
 #include "format/mxfp4.h"
 
 #define MOE_COUNT_MAX INT64_C(2147483647)
-
-/* ============================================================ names */
-const char *dsk_moe_op_name(int op) {
-  switch (op) {
-    case DSK_OP_MOE_MX_QUANTIZE: return "mx_quantize";
-    case DSK_OP_MOE_FP8_QUANTIZE: return "fp8_quantize_1x128";
-    case DSK_OP_MOE_PACK_WORDS: return "pack_ue8m0_words";
-    case DSK_OP_MOE_SF_PACK: return "sf_pack_mn_major";
-    case DSK_OP_MOE_ROUTE: return "moe_route";
-    case DSK_OP_MOE_PERMUTE: return "moe_permute";
-    case DSK_OP_MOE_GEMM: return "moe_gemm";
-    case DSK_OP_MOE_SWIGLU_QUANT: return "swiglu_quant";
-    case DSK_OP_MOE_GATHER: return "moe_gather";
-    case DSK_OP_MOE_DENSE_GEMM: return "dense_fp8_gemm";
-    case DSK_OP_MOE_FORWARD: return "moe_forward";
-    default: return NULL;
-  }
-}
 
 /* ====================================================== field checks */
 #define TRY(x)                                  \
@@ -151,9 +133,12 @@ static int64_t rows_bytes(int64_t rows, int64_t stride, int64_t width, int64_t e
   return ((rows - 1) * stride + width) * elem;
 }
 
-static dsk_status cuda_unsupported(const dsk_ctx *ctx, const char *op) {
-  return dsk__fail(DSK_STATUS_UNSUPPORTED, "moe: the CUDA MoE kernels are not built yet (%s on %s)", op,
-                   ctx->info.backend);
+/* The answer of a run or plan call whose backend slot is NULL. */
+static dsk_status not_served(const dsk_ctx *ctx, const char *op) {
+  const dsk_backend *b = ctx->backend;
+  if (b->is_cuda)
+    return dsk__fail(DSK_STATUS_UNSUPPORTED, "moe: the CUDA MoE kernels are not built yet (%s on %s)", op, b->name);
+  return dsk__fail(DSK_STATUS_UNSUPPORTED, "moe: backend %s does not serve %s", b->name, op);
 }
 
 static dsk_status check_plan_info(const char *op, dsk_plan_info *info) {
@@ -257,8 +242,8 @@ static dsk_status mxq_validate(const dsk_ctx *ctx, const dsk_mx_quantize_desc *d
 dsk_status dsk_mx_quantize(dsk_ctx *ctx, const dsk_mx_quantize_desc *d) {
   TRY(mxq_validate(ctx, d));
   if (d->rows == 0) return DSK_STATUS_OK;
-  if (ctx->info.is_cuda) return cuda_unsupported(ctx, OP_MXQ);
-  return dsk__ref_mx_quantize(ctx, d);
+  if (!ctx->backend->mx_quantize) return not_served(ctx, OP_MXQ);
+  return ctx->backend->mx_quantize(ctx, d);
 }
 
 #define OP_FP8Q "fp8_quantize_1x128"
@@ -283,8 +268,8 @@ static dsk_status fp8q_validate(const dsk_ctx *ctx, const dsk_fp8_quantize_desc 
 dsk_status dsk_fp8_quantize_1x128(dsk_ctx *ctx, const dsk_fp8_quantize_desc *d) {
   TRY(fp8q_validate(ctx, d));
   if (d->rows == 0) return DSK_STATUS_OK;
-  if (ctx->info.is_cuda) return cuda_unsupported(ctx, OP_FP8Q);
-  return dsk__ref_fp8_quantize(ctx, d);
+  if (!ctx->backend->fp8_quantize_1x128) return not_served(ctx, OP_FP8Q);
+  return ctx->backend->fp8_quantize_1x128(ctx, d);
 }
 
 /* ============================================================ packing */
@@ -304,8 +289,8 @@ static dsk_status packw_validate(const dsk_ctx *ctx, const dsk_pack_ue8m0_desc *
 dsk_status dsk_pack_ue8m0_words(dsk_ctx *ctx, const dsk_pack_ue8m0_desc *d) {
   TRY(packw_validate(ctx, d));
   if (d->rows == 0) return DSK_STATUS_OK;
-  if (ctx->info.is_cuda) return cuda_unsupported(ctx, OP_PACKW);
-  return dsk__ref_pack_ue8m0_words(ctx, d);
+  if (!ctx->backend->pack_ue8m0_words) return not_served(ctx, OP_PACKW);
+  return ctx->backend->pack_ue8m0_words(ctx, d);
 }
 
 #define OP_SFPACK "sf_pack_mn_major"
@@ -336,8 +321,8 @@ static dsk_status sfpack_validate(const dsk_ctx *ctx, const dsk_sf_pack_desc *d)
 dsk_status dsk_sf_pack_mn_major(dsk_ctx *ctx, const dsk_sf_pack_desc *d) {
   TRY(sfpack_validate(ctx, d));
   if (d->MN == 0) return DSK_STATUS_OK;
-  if (ctx->info.is_cuda) return cuda_unsupported(ctx, OP_SFPACK);
-  return dsk__ref_sf_pack_mn_major(ctx, d);
+  if (!ctx->backend->sf_pack_mn_major) return not_served(ctx, OP_SFPACK);
+  return ctx->backend->sf_pack_mn_major(ctx, d);
 }
 
 /* ============================================================ routing */
@@ -380,8 +365,8 @@ static dsk_status route_validate(const dsk_ctx *ctx, const dsk_moe_route_desc *d
 dsk_status dsk_moe_route(dsk_ctx *ctx, const dsk_moe_route_desc *d) {
   TRY(route_validate(ctx, d));
   if (d->T == 0) return DSK_STATUS_OK;
-  if (ctx->info.is_cuda) return cuda_unsupported(ctx, OP_ROUTE);
-  return dsk__ref_moe_route(ctx, d);
+  if (!ctx->backend->moe_route) return not_served(ctx, OP_ROUTE);
+  return ctx->backend->moe_route(ctx, d);
 }
 
 /* ============================================================ permute */
@@ -420,15 +405,15 @@ dsk_status dsk_moe_permute_plan(dsk_ctx *ctx, const dsk_moe_permute_desc *d, dsk
   TRY(check_plan_info(OP_PERM, info));
   TRY(perm_validate(ctx, d, 0));
   fill_plan(ctx, info, d->T ? dsk__ref_moe_permute_workspace(ctx, d) : 0, NULL, DSK_TACTIC_HEURISTIC);
-  if (ctx->info.is_cuda) return cuda_unsupported(ctx, OP_PERM);
+  if (!ctx->backend->moe_permute) return not_served(ctx, OP_PERM);
   return DSK_STATUS_OK;
 }
 
 dsk_status dsk_moe_permute(dsk_ctx *ctx, const dsk_moe_permute_desc *d) {
   TRY(perm_validate(ctx, d, 1));
   if (d->T == 0) return DSK_STATUS_OK;
-  if (ctx->info.is_cuda) return cuda_unsupported(ctx, OP_PERM);
-  return dsk__ref_moe_permute(ctx, d);
+  if (!ctx->backend->moe_permute) return not_served(ctx, OP_PERM);
+  return ctx->backend->moe_permute(ctx, d);
 }
 
 /* ============================================================== GEMMs */
@@ -549,7 +534,7 @@ dsk_status dsk_moe_gemm_plan(dsk_ctx *ctx, const dsk_moe_gemm_desc *d, dsk_plan_
   memset(&t, 0, sizeof t);
   TRY(gemm_validate(ctx, d, 0, &t, &src));
   fill_plan(ctx, info, 0, &t, src);
-  if (ctx->info.is_cuda) return cuda_unsupported(ctx, OP_GEMM);
+  if (!ctx->backend->moe_gemm) return not_served(ctx, OP_GEMM);
   return DSK_STATUS_OK;
 }
 
@@ -557,8 +542,8 @@ dsk_status dsk_moe_gemm(dsk_ctx *ctx, const dsk_moe_gemm_desc *d) {
   dsk_tactic t;
   TRY(gemm_validate(ctx, d, 1, &t, NULL));
   if (d->M_sum == 0) return DSK_STATUS_OK;
-  if (ctx->info.is_cuda) return cuda_unsupported(ctx, OP_GEMM);
-  return dsk__ref_moe_gemm(ctx, d, &t);
+  if (!ctx->backend->moe_gemm) return not_served(ctx, OP_GEMM);
+  return ctx->backend->moe_gemm(ctx, d, &t);
 }
 
 #define OP_DENSE "dense_fp8_gemm"
@@ -612,7 +597,7 @@ dsk_status dsk_dense_fp8_gemm_plan(dsk_ctx *ctx, const dsk_dense_gemm_desc *d, d
   memset(&t, 0, sizeof t);
   TRY(dense_validate(ctx, d, 0, &t, &src));
   fill_plan(ctx, info, 0, &t, src);
-  if (ctx->info.is_cuda) return cuda_unsupported(ctx, OP_DENSE);
+  if (!ctx->backend->dense_fp8_gemm) return not_served(ctx, OP_DENSE);
   return DSK_STATUS_OK;
 }
 
@@ -620,8 +605,8 @@ dsk_status dsk_dense_fp8_gemm(dsk_ctx *ctx, const dsk_dense_gemm_desc *d) {
   dsk_tactic t;
   TRY(dense_validate(ctx, d, 1, &t, NULL));
   if (d->M == 0) return DSK_STATUS_OK;
-  if (ctx->info.is_cuda) return cuda_unsupported(ctx, OP_DENSE);
-  return dsk__ref_dense_gemm(ctx, d, &t);
+  if (!ctx->backend->dense_fp8_gemm) return not_served(ctx, OP_DENSE);
+  return ctx->backend->dense_fp8_gemm(ctx, d, &t);
 }
 
 /* ====================================================== SwiGLU + quant */
@@ -647,8 +632,8 @@ static dsk_status swiglu_validate(const dsk_ctx *ctx, const dsk_swiglu_quant_des
 dsk_status dsk_swiglu_quant(dsk_ctx *ctx, const dsk_swiglu_quant_desc *d) {
   TRY(swiglu_validate(ctx, d));
   if (d->rows == 0) return DSK_STATUS_OK;
-  if (ctx->info.is_cuda) return cuda_unsupported(ctx, OP_SWIGLU);
-  return dsk__ref_swiglu_quant(ctx, d);
+  if (!ctx->backend->swiglu_quant) return not_served(ctx, OP_SWIGLU);
+  return ctx->backend->swiglu_quant(ctx, d);
 }
 
 /* ============================================================= gather */
@@ -682,8 +667,8 @@ static dsk_status gather_validate(const dsk_ctx *ctx, const dsk_moe_gather_desc 
 dsk_status dsk_moe_gather(dsk_ctx *ctx, const dsk_moe_gather_desc *d) {
   TRY(gather_validate(ctx, d));
   if (d->T == 0) return DSK_STATUS_OK;
-  if (ctx->info.is_cuda) return cuda_unsupported(ctx, OP_GATHER);
-  return dsk__ref_moe_gather(ctx, d);
+  if (!ctx->backend->moe_gather) return not_served(ctx, OP_GATHER);
+  return ctx->backend->moe_gather(ctx, d);
 }
 
 /* ======================================================= MoE forward */
@@ -873,6 +858,28 @@ static dsk_status fwd_validate(const dsk_ctx *ctx, const dsk_moe_desc *d, int ru
   return DSK_STATUS_OK;
 }
 
+/* dsk_moe_run has no slot of its own: it needs the slots of the ops it is
+ * composed of (the router only without ids_in, the dense GEMM only with a
+ * shared expert). The name of the first missing one, or NULL. */
+static const char *fwd_missing_slot(const dsk_backend *b, const dsk_moe_desc *d) {
+  if (!d->ids_in && !b->moe_route) return OP_ROUTE;
+  if (!b->fp8_quantize_1x128) return OP_FP8Q;
+  if (!b->moe_permute) return OP_PERM;
+  if (!b->sf_pack_mn_major) return OP_SFPACK;
+  if (!b->moe_gemm) return OP_GEMM;
+  if (!b->swiglu_quant) return OP_SWIGLU;
+  if (d->shared.w13 && !b->dense_fp8_gemm) return OP_DENSE;
+  if (!b->moe_gather) return OP_GATHER;
+  return NULL;
+}
+
+static dsk_status fwd_not_served(const dsk_ctx *ctx, const dsk_moe_desc *d) {
+  const dsk_backend *b = ctx->backend;
+  if (b->is_cuda) return not_served(ctx, OP_FWD);
+  return dsk__fail(DSK_STATUS_UNSUPPORTED, "moe: backend %s does not serve %s (no %s slot)", b->name, OP_FWD,
+                   fwd_missing_slot(b, d));
+}
+
 dsk_status dsk_moe_plan(dsk_ctx *ctx, const dsk_moe_desc *d, dsk_plan_info *info) {
   TRY(check_plan_info(OP_FWD, info));
   dsk__moe_ws ws;
@@ -882,7 +889,7 @@ dsk_status dsk_moe_plan(dsk_ctx *ctx, const dsk_moe_desc *d, dsk_plan_info *info
   memset(&t1, 0, sizeof t1);
   TRY(fwd_validate(ctx, d, 0, &ws, &t1, &t2, &src));
   fill_plan(ctx, info, ws.total, &t1, src);
-  if (ctx->info.is_cuda) return cuda_unsupported(ctx, OP_FWD);
+  if (fwd_missing_slot(ctx->backend, d)) return fwd_not_served(ctx, d);
   return DSK_STATUS_OK;
 }
 
@@ -893,7 +900,7 @@ dsk_status dsk_moe_run(dsk_ctx *ctx, const dsk_moe_desc *d) {
   dsk_tactic t1, t2;
   TRY(fwd_validate(ctx, d, 1, &ws, &t1, &t2, NULL));
   if (d->T == 0) return DSK_STATUS_OK;
-  if (ctx->info.is_cuda) return cuda_unsupported(ctx, OP_FWD);
+  if (fwd_missing_slot(ctx->backend, d)) return fwd_not_served(ctx, d);
 
   const int64_t T = d->T, K = d->topk, H = d->H, I = d->routed.I, Ms = ws.M_sum;
   uint8_t *base = (uint8_t *)d->workspace;
@@ -1056,5 +1063,24 @@ dsk_status dsk__moe_validate(const dsk_ctx *ctx, int op, const void *desc) {
     case DSK_OP_MOE_DENSE_GEMM: return dense_validate(ctx, (const dsk_dense_gemm_desc *)desc, 1, &t, NULL);
     case DSK_OP_MOE_FORWARD: return fwd_validate(ctx, (const dsk_moe_desc *)desc, 1, &ws, &t, &t2, NULL);
     default: return dsk__fail(DSK_STATUS_INVALID_ARG, "moe: unknown op %d", op);
+  }
+}
+
+/* The slots op needs on backend b; desc is read (FORWARD only) after
+ * dsk__moe_validate accepted it. */
+int dsk__moe_served(const dsk_backend *b, int op, const void *desc) {
+  switch (op) {
+    case DSK_OP_MOE_MX_QUANTIZE: return b->mx_quantize != NULL;
+    case DSK_OP_MOE_FP8_QUANTIZE: return b->fp8_quantize_1x128 != NULL;
+    case DSK_OP_MOE_PACK_WORDS: return b->pack_ue8m0_words != NULL;
+    case DSK_OP_MOE_SF_PACK: return b->sf_pack_mn_major != NULL;
+    case DSK_OP_MOE_ROUTE: return b->moe_route != NULL;
+    case DSK_OP_MOE_PERMUTE: return b->moe_permute != NULL;
+    case DSK_OP_MOE_GEMM: return b->moe_gemm != NULL;
+    case DSK_OP_MOE_SWIGLU_QUANT: return b->swiglu_quant != NULL;
+    case DSK_OP_MOE_GATHER: return b->moe_gather != NULL;
+    case DSK_OP_MOE_DENSE_GEMM: return b->dense_fp8_gemm != NULL;
+    case DSK_OP_MOE_FORWARD: return fwd_missing_slot(b, (const dsk_moe_desc *)desc) == NULL;
+    default: return 0;
   }
 }

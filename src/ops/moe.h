@@ -4,15 +4,18 @@
 #define DSK_OPS_MOE_H
 
 #include "ops.h"
-#include "dsk_moe_draft.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
 /* Validation of any MoE op's descriptor (op = DSK_OP_MOE_*), as the run call
- * does it (workspace included), for dsk_op_supported once merged. */
+ * does it (workspace included), for dsk_op_supported. */
 dsk_status dsk__moe_validate(const dsk_ctx *ctx, int op, const void *desc);
+/* 1 if backend b has every slot that op needs (DSK_OP_MOE_FORWARD: the
+ * slots dsk_moe_run is composed of, which depend on desc), else 0. Call it
+ * only with a desc that dsk__moe_validate accepted. */
+int dsk__moe_served(const dsk_backend *b, int op, const void *desc);
 
 /* The moe.gemm tactic for a validated shape: desc->tactic checked (forced)
  * or the heuristic of autotune.md §1; *source gets a dsk_tactic_source. */

@@ -34,10 +34,24 @@ dsk_status dsk__select_backend(const char *forced, const char *forced_by, const 
 
 /* sparse_mla.c: the tactic a run of the (validated) descriptor uses: the
  * forced desc->tactic checked against the shape's valid set, or (all zero)
- * the tuned entry / heuristic of sparse-decode.md §9. *source gets a
- * dsk_tactic_source. */
+ * the tuned entry (src/tune, re-validated for the shape) else the heuristic
+ * of sparse-decode.md §9. *source gets a dsk_tactic_source. Counts a hit or
+ * miss in the context's tuner; DSK_STATUS_TUNE_MISS under
+ * DSK_AUTOTUNE_REQUIRE_HIT=1. */
 dsk_status dsk__sparse_mla_resolve_tactic(const dsk_ctx *ctx, const dsk_sparse_mla_desc *d, dsk_tactic *out,
                                           int *source);
+/* The tactic functions the tuner calls (they read only the shape fields of
+ * d: format, T, H, nseg, segment widths and page sizes). */
+struct dsk__tune_shape;
+void dsk__sparse_mla_heuristic(const dsk_ctx *ctx, const dsk_sparse_mla_desc *d, dsk_tactic *out);
+int dsk__sparse_mla_tactics(const dsk_sparse_mla_desc *d, dsk_tactic out[10]);
+int dsk__sparse_mla_tactic_fix(const dsk_sparse_mla_desc *d, dsk_tactic *t);
+void dsk__sparse_mla_tune_shape(const dsk_sparse_mla_desc *d, struct dsk__tune_shape *s);
+
+/* mhc.c: the split counts of mhc_prenorm (autotune.md §1): S in [1, S_max],
+ * ascending; the heuristic is dsk_mhc_splits_heuristic. */
+int dsk__mhc_prenorm_tactics(int64_t nD, dsk_tactic *out, int max);
+int dsk__mhc_prenorm_tactic_fix(int64_t nD, dsk_tactic *t);
 
 #ifdef __cplusplus
 }

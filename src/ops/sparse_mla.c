@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "ops.h"
+#include "../tune/tuner.h"
 
 #define OP "sparse_mla_decode"
 
@@ -240,8 +241,77 @@ static int tactic_is_zero(const dsk_tactic *t) {
   return 1;
 }
 
-dsk_status dsk__sparse_mla_resolve_tactic(const dsk_ctx *ctx, const dsk_sparse_mla_desc *d, dsk_tactic *out,
-                                          int *source) {
+/* The heuristic of sparse-decode.md §9: among the v[0] values giving <= 3
+ * waves, waves = T*ceil(H/16)*splits / (SMs*CTAs per SM) (evaluated exactly
+ * in integers: num / den), minimise ceil(waves) - waves, ties to the larger
+ * value; none -> the largest. Reads only the shape fields of d. */
+void dsk__sparse_mla_heuristic(const dsk_ctx *ctx, const dsk_sparse_mla_desc *d, dsk_tactic *out) {
+  int32_t vals[10];
+  int nv = mla_cpb_values(d, vals);
+  int64_t chunks = mla_chunks(d);
+  int64_t sms = ctx->info.sm_count > 0 ? ctx->info.sm_count : 1;
+  int64_t per_sm = 1;
+  if (ctx->backend && ctx->backend->sparse_mla_ctas_per_sm) {
+    int c = ctx->backend->sparse_mla_ctas_per_sm(ctx, d);
+    if (c > 0) per_sm = c;
+  }
+  int64_t den = sms * per_sm;
+  int64_t hg = (d->H + 15) / 16;
+  int best = -1;
+  int64_t best_gap = 0; /* (ceil(waves) - waves) * den */
+  for (int i = 0; i < nv; i++) {
+    int64_t splits = (chunks + vals[i] - 1) / vals[i];
+    int64_t num = d->T * hg * splits;
+    if (num > 3 * den) continue;
+    int64_t gap = (den - num % den) % den;
+    if (best < 0 || gap <= best_gap) { /* ascending order: <= keeps the larger value on ties */
+      best = i;
+      best_gap = gap;
+    }
+  }
+  if (best < 0) best = nv - 1;
+  memset(out, 0, sizeof *out);
+  out->op = DSK_OP_SPARSE_MLA_DECODE;
+  out->version = DSK_SPARSE_MLA_TACTIC_VERSION;
+  out->v[0] = vals[best];
+  out->v[1] = 16;
+}
+
+/* The tactic set of the shape in the op's fixed enumeration order (cpb
+ * ascending, heads per CTA 16; autotune.md §1). Returns the count (<= 10). */
+int dsk__sparse_mla_tactics(const dsk_sparse_mla_desc *d, dsk_tactic out[10]) {
+  int32_t vals[10];
+  int nv = mla_cpb_values(d, vals);
+  for (int i = 0; i < nv; i++) {
+    memset(&out[i], 0, sizeof out[i]);
+    out[i].op = DSK_OP_SPARSE_MLA_DECODE;
+    out[i].version = DSK_SPARSE_MLA_TACTIC_VERSION;
+    out[i].v[0] = vals[i];
+    out[i].v[1] = 16;
+  }
+  return nv;
+}
+
+/* A5 re-validation of a stored tactic for the real shape: cpb above the
+ * row's chunk count is clamped to it (a width bucket covers narrower
+ * widths); the result must be in the valid set. 1 = usable. */
+int dsk__sparse_mla_tactic_fix(const dsk_sparse_mla_desc *d, dsk_tactic *t) {
+  if (t->op != DSK_OP_SPARSE_MLA_DECODE || t->version != DSK_SPARSE_MLA_TACTIC_VERSION) return 0;
+  if (t->v[1] != 16) return 0;
+  for (int i = 2; i < 6; i++)
+    if (t->v[i] != 0) return 0;
+  int64_t chunks = mla_chunks(d);
+  if (t->v[0] < 1) return 0;
+  if ((int64_t)t->v[0] > chunks) t->v[0] = (int32_t)chunks;
+  int32_t vals[10];
+  int nv = mla_cpb_values(d, vals);
+  for (int i = 0; i < nv; i++)
+    if (vals[i] == t->v[0]) return 1;
+  return 0;
+}
+
+static dsk_status resolve_tactic(const dsk_ctx *ctx, const dsk_sparse_mla_desc *d, int mode, dsk_tactic *out,
+                                 int *source) {
   int32_t vals[10];
   int nv = mla_cpb_values(d, vals);
   const dsk_tactic *f = &d->tactic;
@@ -273,38 +343,37 @@ dsk_status dsk__sparse_mla_resolve_tactic(const dsk_ctx *ctx, const dsk_sparse_m
     if (source) *source = DSK_TACTIC_FORCED;
     return DSK_STATUS_OK;
   }
+  /* All zero: the tuned entry of the bucketed key (re-validated, A5), else
+   * the heuristic (src/tune/tuner.c counts and reports the miss). */
+  dsk_tactic h;
+  dsk__sparse_mla_heuristic(ctx, d, &h);
+  dsk__tune_shape s;
+  dsk__sparse_mla_tune_shape(d, &s);
+  int src = DSK_TACTIC_HEURISTIC;
+  dsk_status st = dsk__tune_resolve(ctx, &s, &h, mode, out, &src);
+  if (source) *source = src;
+  return st;
+}
 
-  /* No tuner yet: the heuristic. waves = T*ceil(H/16)*splits / (SMs*CTAs per SM),
-   * evaluated exactly in integers: num / den. */
-  int64_t chunks = mla_chunks(d);
-  int64_t sms = ctx->info.sm_count > 0 ? ctx->info.sm_count : 1;
-  int64_t per_sm = 1;
-  if (ctx->backend && ctx->backend->sparse_mla_ctas_per_sm) {
-    int c = ctx->backend->sparse_mla_ctas_per_sm(ctx, d);
-    if (c > 0) per_sm = c;
+/* The key fields of a descriptor (autotune.md A1): format, precision, H,
+ * widths and page sizes of each segment, T. */
+void dsk__sparse_mla_tune_shape(const dsk_sparse_mla_desc *d, dsk__tune_shape *s) {
+  memset(s, 0, sizeof *s);
+  s->op = DSK_OP_SPARSE_MLA_DECODE;
+  s->T = d->T;
+  s->format = (int)d->format;
+  s->precision = (int)d->precision;
+  s->H = d->H;
+  s->nseg = d->nseg;
+  for (int i = 0; i < d->nseg && i < 2; i++) {
+    s->w[i] = d->seg[i].width;
+    s->pbs[i] = d->seg[i].cache.pbs;
   }
-  int64_t den = sms * per_sm;
-  int64_t hg = (d->H + 15) / 16;
-  int best = -1;
-  int64_t best_gap = 0; /* (ceil(waves) - waves) * den */
-  for (int i = 0; i < nv; i++) {
-    int64_t splits = (chunks + vals[i] - 1) / vals[i];
-    int64_t num = d->T * hg * splits;
-    if (num > 3 * den) continue;
-    int64_t gap = (den - num % den) % den;
-    if (best < 0 || gap <= best_gap) { /* ascending order: <= keeps the larger value on ties */
-      best = i;
-      best_gap = gap;
-    }
-  }
-  if (best < 0) best = nv - 1;
-  memset(out, 0, sizeof *out);
-  out->op = DSK_OP_SPARSE_MLA_DECODE;
-  out->version = DSK_SPARSE_MLA_TACTIC_VERSION;
-  out->v[0] = vals[best];
-  out->v[1] = 16;
-  if (source) *source = DSK_TACTIC_HEURISTIC;
-  return DSK_STATUS_OK;
+}
+
+dsk_status dsk__sparse_mla_resolve_tactic(const dsk_ctx *ctx, const dsk_sparse_mla_desc *d, dsk_tactic *out,
+                                          int *source) {
+  return resolve_tactic(ctx, d, DSK__TUNE_RUN, out, source);
 }
 
 /* ------------------------------------------------------------ plan and run */
@@ -323,7 +392,7 @@ dsk_status dsk_sparse_mla_decode_plan(dsk_ctx *ctx, const dsk_sparse_mla_desc *d
     return dsk__fail(DSK_STATUS_UNSUPPORTED, OP ": backend %s does not serve this op", b->name);
   dsk_tactic t;
   int source = DSK_TACTIC_HEURISTIC;
-  st = dsk__sparse_mla_resolve_tactic(ctx, d, &t, &source);
+  st = resolve_tactic(ctx, d, DSK__TUNE_PLAN, &t, &source);
   if (st != DSK_STATUS_OK) return st;
   int64_t ws = b->sparse_mla_workspace ? b->sparse_mla_workspace(ctx, d, &t) : 0;
   if (ws < 0) ws = 0;

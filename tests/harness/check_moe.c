@@ -1,5 +1,5 @@
 /* check_moe.c - backend-vs-reference check of the MoE path
- * (spec/mxfp4-moe.md §8; docs/moe.md; check_moe.h says what runs).
+ * (spec/mxfp4-moe.md §8; docs/moe.md; harness.h says what runs).
  *
  * Data moves only through dsk_mem_*, so ctx may be a CUDA context. The cpu-ref
  * runs on a second (CPU) context on the same host inputs. The fp64 forward
@@ -15,8 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "check_moe.h"
-#include "dsk_moe_draft.h"
+#include "harness.h"
 
 typedef struct mc_bufs {
   dsk_ctx *ctx;

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "ref.h"
+#include "ref_moe.h"
 
 static int ref_probe(int device, const dsk_env *env, char *reason, size_t len) {
   (void)env;
@@ -86,6 +87,16 @@ const dsk_backend dsk__backend_cpu_ref = {
     .indexer_logits = dsk__ref_indexer_logits,
     .topk_workspace = dsk__ref_topk_workspace,
     .topk = dsk__ref_topk,
+    .mx_quantize = dsk__ref_mx_quantize,
+    .fp8_quantize_1x128 = dsk__ref_fp8_quantize,
+    .pack_ue8m0_words = dsk__ref_pack_ue8m0_words,
+    .sf_pack_mn_major = dsk__ref_sf_pack_mn_major,
+    .moe_route = dsk__ref_moe_route,
+    .moe_permute = dsk__ref_moe_permute,
+    .moe_gemm = dsk__ref_moe_gemm,
+    .swiglu_quant = dsk__ref_swiglu_quant,
+    .moe_gather = dsk__ref_moe_gather,
+    .dense_fp8_gemm = dsk__ref_dense_gemm,
     .bench_samples = dsk__cpu_bench_samples,
     .bench_copy = dsk__cpu_bench_copy,
 };

@@ -1,15 +1,14 @@
 /* ref_moe.h - the cpu-ref implementations of the MoE ops (spec/mxfp4-moe.md;
  * docs/moe.md). Internal. Every function takes a descriptor that
  * src/ops/moe.c has validated (sizes >= 1, pointers present, strides large
- * enough) and a resolved tactic where the op has one.
- *
- * Until the lead folds these into the backend table (struct dsk_backend),
- * src/ops/moe.c calls them directly for CPU contexts. */
+ * enough) and a resolved tactic where the op has one. They fill the MoE
+ * slots of the cpu-ref table (cpu_ref.c); src/ops/moe.c reaches them
+ * through ctx->backend, except dsk__ref_moe_permute_workspace, which it
+ * calls for the permute workspace size. */
 #ifndef DSK_CPU_REF_MOE_H
 #define DSK_CPU_REF_MOE_H
 
 #include "../backend.h"
-#include "dsk_moe_draft.h"
 
 #ifdef __cplusplus
 extern "C" {

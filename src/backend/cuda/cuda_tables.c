@@ -1,6 +1,7 @@
 /* cuda_tables.c - the cuda-sm90 and cuda-sm120 backend tables. Both run the
  * same portable kernels (mma.sync, cp.async; no wgmma, TMEM or clusters);
- * cuda-sm120 is built for sm_120a/sm_121a and has no native slots yet. */
+ * cuda-sm120 is built for sm_120a/sm_121a and has no native slots yet.
+ * The MoE slots stay NULL: the CUDA MoE kernels are not built yet. */
 #include "cuda_internal.h"
 
 #define DSK_CUDA_SLOTS                                    \

@@ -1,0 +1,575 @@
+/* test_warmup.c - model descriptions and warmup (spec/autotune.md §6, A20;
+ * spec/models.md):
+ *  - the built-in models equal the sample config.json files of tests/data
+ *    (written from spec/models.md), layer mixes, parser errors naming the
+ *    field;
+ *  - the key lists: counts for the spec's envelopes (DSv4-Flash TP2 1M /
+ *    8192: 360 attention keys), SWA widths, draft tokens, determinism,
+ *    errors;
+ *  - after dsk_warmup_run on a CPU context with a reduced envelope, a
+ *    simulated serving loop of random shapes inside the envelope records
+ *    zero misses with DSK_AUTOTUNE_REQUIRE_HIT=1: DeepSeek-V4-shaped (tiny
+ *    config: SWA, C4A, C128A at two width buckets, mHC) and GLM-5.1 TP8
+ *    (Format A); also on a second "rank" that imports the first one's
+ *    export and warms up without tuning (A19), and one that loads the file;
+ *  - progress actions (tuned, cached, forced re-tune, skipped over budget). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "dsk.h"
+#include "testutil.h"
+
+#ifndef DSK_SOURCE_DIR
+#error "DSK_SOURCE_DIR must be defined (CMake does it for tests)"
+#endif
+
+static tu_counts counts;
+
+static dsk_ctx *ctx_new(void) {
+  dsk_ctx_opts o;
+  dsk_ctx_opts_init(&o);
+  o.device = "cpu";
+  o.num_threads = 1; /* CPU timing free of OpenMP barrier stalls on a busy machine */
+  dsk_ctx *c = NULL;
+  dsk_status st = dsk_ctx_create(&c, &o);
+  TU_CHECK(&counts, st == DSK_STATUS_OK, "dsk_ctx_create: %s", dsk_last_error());
+  return c;
+}
+
+static dsk_model_desc model_init(void) {
+  dsk_model_desc m;
+  memset(&m, 0, sizeof m);
+  m.struct_size = sizeof m;
+  return m;
+}
+
+static void data_path(char *buf, size_t n, const char *name) {
+  snprintf(buf, n, "%s/tests/data/%s/config.json", DSK_SOURCE_DIR, name);
+}
+
+/* --------------------------------------------------------------- models */
+static void test_models(void) {
+  for (int i = 0; dsk_model_builtin_name(i); i++) {
+    const char *name = dsk_model_builtin_name(i);
+    dsk_model_desc a = model_init(), b = model_init();
+    TU_CHECK_OK(&counts, dsk_model_desc_builtin(name, &a));
+    char path[1024];
+    data_path(path, sizeof path, name);
+    TU_CHECK_OK(&counts, dsk_model_desc_from_config(path, &b));
+    int same = a.kv_format == b.kv_format && a.hidden_size == b.hidden_size && a.num_heads == b.num_heads &&
+               a.num_layers == b.num_layers && a.num_mtp_layers == b.num_mtp_layers &&
+               a.sliding_window == b.sliding_window && a.index_topk == b.index_topk &&
+               a.max_positions == b.max_positions && a.hc_mult == b.hc_mult &&
+               memcmp(a.compress_ratio, b.compress_ratio, sizeof a.compress_ratio) == 0 &&
+               a.n_routed_experts == b.n_routed_experts && a.num_experts_per_tok == b.num_experts_per_tok &&
+               a.moe_intermediate_size == b.moe_intermediate_size && a.n_shared_experts == b.n_shared_experts &&
+               a.first_k_dense == b.first_k_dense &&
+               (a.first_k_dense == 0 || a.dense_intermediate_size == b.dense_intermediate_size) &&
+               strcmp(a.model_type, b.model_type) == 0;
+    TU_CHECK(&counts, same, "built-in %s == tests/data/%s/config.json", name, name);
+  }
+  TU_CHECK(&counts, dsk_model_builtin_name(4) == NULL && dsk_model_builtin_name(-1) == NULL, "four built-in models");
+  dsk_model_desc m = model_init();
+  TU_CHECK_OK(&counts, dsk_model_desc_builtin("deepseek-v4-flash", &m));
+  int mix[129] = {0};
+  for (int l = 0; l < m.num_layers; l++) mix[m.compress_ratio[l]]++;
+  TU_CHECK(&counts, mix[0] == 2 && mix[4] == 21 && mix[128] == 20, "Flash mix 2 SWA + 21 C4A + 20 C128A");
+  TU_CHECK_OK(&counts, dsk_model_desc_builtin("deepseek-v4-pro", &m));
+  memset(mix, 0, sizeof mix);
+  for (int l = 0; l < m.num_layers; l++) mix[m.compress_ratio[l]]++;
+  TU_CHECK(&counts, mix[0] == 0 && mix[4] == 30 && mix[128] == 31, "Pro mix 31 C128A + 30 C4A");
+  TU_CHECK(&counts, dsk_model_desc_builtin("gpt-2", &m) == DSK_STATUS_INVALID_ARG && strstr(dsk_last_error(), "glm-5.1"),
+           "unknown built-in names the valid ones");
+
+  /* Parser errors name the field. */
+  char tmp[] = "/tmp/dsk-warmup-cfg-XXXXXX";
+  TU_CHECK(&counts, mkdtemp(tmp) != NULL, "mkdtemp");
+  struct {
+    const char *text, *field;
+    dsk_status st;
+  } bad[] = {
+      {"{\"model_type\": \"llama\"}", "model_type", DSK_STATUS_PARSE},
+      {"{\"model_type\": \"glm_moe_dsa\", \"num_hidden_layers\": 78}", "hidden_size", DSK_STATUS_PARSE},
+      {"{\"model_type\": \"deepseek_v32\", \"hidden_size\": 7168, \"num_hidden_layers\": 61, "
+       "\"num_attention_heads\": 128.5}",
+       "num_attention_heads", DSK_STATUS_PARSE},
+      {"{\"model_type\": \"deepseek_v4\", \"hidden_size\": 4096, \"num_hidden_layers\": 3, \"num_attention_heads\": "
+       "64, \"max_position_embeddings\": 1000, \"index_topk\": 512, \"sliding_window\": 128, \"compress_ratios\": [0, "
+       "4]}",
+       "compress_ratios", DSK_STATUS_PARSE},
+      {"{\"model_type\": \"deepseek_v4\", \"hidden_size\": 4096, \"num_hidden_layers\": 2, \"num_attention_heads\": "
+       "64, \"max_position_embeddings\": 1000, \"index_topk\": 512, \"sliding_window\": 128, \"compress_ratios\": [0, "
+       "16]}",
+       "compress_ratios[1]", DSK_STATUS_PARSE},
+      {"[1, 2]", "not a JSON object", DSK_STATUS_PARSE},
+      {"{\"model_type\": ", "not valid JSON", DSK_STATUS_PARSE},
+  };
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    char path[256];
+    snprintf(path, sizeof path, "%s/c%zu.json", tmp, i);
+    FILE *f = fopen(path, "w");
+    if (f) {
+      fputs(bad[i].text, f);
+      fclose(f);
+    }
+    dsk_status st = dsk_model_desc_from_config(path, &m);
+    TU_CHECK(&counts, st == bad[i].st && strstr(dsk_last_error(), bad[i].field), "config %zu: %s: %s", i,
+             dsk_status_name(st), dsk_last_error());
+    unlink(path);
+  }
+  rmdir(tmp);
+  TU_CHECK(&counts, dsk_model_desc_from_config("/nonexistent/config.json", &m) == DSK_STATUS_IO, "missing file: IO");
+  dsk_model_desc small = m;
+  small.struct_size = 8;
+  TU_CHECK(&counts, dsk_model_desc_builtin("glm-5.1", &small) == DSK_STATUS_INVALID_ARG, "struct_size checked");
+}
+
+/* --------------------------------------------------------- enumeration */
+typedef struct list_info {
+  int64_t n, mla, mhc, dup;
+  int64_t maxT, minT, H;
+} list_info;
+
+static list_info inspect(const dsk_warmup_list *l) {
+  list_info r;
+  memset(&r, 0, sizeof r);
+  r.n = dsk_warmup_list_size(l);
+  r.minT = 1 << 30;
+  for (int64_t i = 0; i < r.n; i++) {
+    dsk_warmup_item it;
+    memset(&it, 0, sizeof it);
+    it.struct_size = sizeof it;
+    if (dsk_warmup_list_item(l, i, &it) != DSK_STATUS_OK) continue;
+    if (it.op == DSK_OP_SPARSE_MLA_DECODE) {
+      r.mla++;
+      const char *h = strstr(it.key, ";H=");
+      if (h) r.H = atoll(h + 3);
+    } else if (it.op == DSK_OP_MHC_PRENORM) {
+      r.mhc++;
+    }
+    if (it.T > r.maxT) r.maxT = it.T;
+    if (it.T < r.minT) r.minT = it.T;
+    for (int64_t j = 0; j < i; j++) {
+      dsk_warmup_item jt;
+      memset(&jt, 0, sizeof jt);
+      jt.struct_size = sizeof jt;
+      dsk_warmup_list_item(l, j, &jt);
+      if (strcmp(jt.key, it.key) == 0) r.dup++;
+    }
+  }
+  return r;
+}
+
+static list_info enum_builtin(dsk_ctx *c, const char *name, dsk_serving_desc *sv, dsk_status *st_out) {
+  dsk_model_desc m = model_init();
+  list_info r;
+  memset(&r, 0, sizeof r);
+  if (dsk_model_desc_builtin(name, &m) != DSK_STATUS_OK) return r;
+  dsk_warmup_list *l = NULL;
+  dsk_status st = dsk_warmup_enumerate(c, &m, sv, &l);
+  if (st_out) *st_out = st;
+  if (st == DSK_STATUS_OK) r = inspect(l);
+  dsk_warmup_list_free(l);
+  return r;
+}
+
+static void test_enumerate(dsk_ctx *c) {
+  dsk_serving_desc sv;
+  dsk_serving_desc_init(&sv);
+  sv.tp = 2;
+  sv.max_tokens = 8192;
+  sv.max_context = 1048576;
+  list_info r = enum_builtin(c, "deepseek-v4-flash", &sv, NULL);
+  /* (SWA + C4A + 18 C128A widths) x 18 token buckets; mHC x 18 */
+  TU_CHECK(&counts, r.mla == 360 && r.mhc == 18 && r.dup == 0 && r.H == 32 && r.minT == 1 && r.maxT == 8192,
+           "Flash TP2 1M/8192: %lld attention + %lld mHC keys (want 360 + 18), H %lld, dup %lld", (long long)r.mla,
+           (long long)r.mhc, (long long)r.H, (long long)r.dup);
+  sv.max_tokens = 256;
+  sv.max_context = 131072;
+  r = enum_builtin(c, "deepseek-v4-flash", &sv, NULL);
+  TU_CHECK(&counts, r.mla == 130 && r.mhc == 13 && r.maxT == 256, "Flash TP2 131072/256: %lld + %lld (want 130 + 13)",
+           (long long)r.mla, (long long)r.mhc);
+  const int64_t swa[] = {128, 192, 256};
+  sv.swa_widths = swa;
+  sv.num_swa_widths = 3;
+  r = enum_builtin(c, "deepseek-v4-flash", &sv, NULL);
+  TU_CHECK(&counts, r.mla == 390, "three SWA widths: %lld (want 390)", (long long)r.mla);
+  sv.swa_widths = NULL;
+  sv.num_swa_widths = 0;
+  sv.draft_tokens = 2;
+  r = enum_builtin(c, "deepseek-v4-flash", &sv, NULL);
+  TU_CHECK(&counts, r.mla == 120 && r.minT == 3, "2 draft tokens: buckets b*3 (%lld keys, min T %lld)",
+           (long long)r.mla, (long long)r.minT);
+  sv.draft_tokens = 0;
+  const int64_t cap[] = {1, 2, 4, 8};
+  sv.capture_sizes = cap;
+  sv.num_capture_sizes = 4;
+  r = enum_builtin(c, "deepseek-v4-flash", &sv, NULL);
+  TU_CHECK(&counts, r.mla == 60 && r.mhc == 6, "capture sizes {1,2,4,8} + 128, 256: %lld", (long long)r.mla);
+  dsk_serving_desc_init(&sv);
+  sv.tp = 8;
+  sv.max_tokens = 8192;
+  sv.max_context = 1048576;
+  r = enum_builtin(c, "deepseek-v4-pro", &sv, NULL);
+  TU_CHECK(&counts, r.mla == 360 && r.mhc == 18 && r.H == 16, "Pro TP8: %lld + %lld, H %lld", (long long)r.mla,
+           (long long)r.mhc, (long long)r.H);
+  dsk_serving_desc_init(&sv);
+  r = enum_builtin(c, "glm-5.1", &sv, NULL);
+  TU_CHECK(&counts, r.mla == 18 && r.mhc == 0 && r.H == 64, "GLM-5.1 TP1: %lld keys, no mHC", (long long)r.mla);
+  sv.tp = 4;
+  r = enum_builtin(c, "deepseek-v3.2", &sv, NULL);
+  TU_CHECK(&counts, r.mla == 18 && r.H == 32, "DSv3.2 TP4: H %lld", (long long)r.H);
+
+  /* Deterministic: two enumerations give the same list. */
+  dsk_model_desc m = model_init();
+  dsk_model_desc_builtin("deepseek-v4-flash", &m);
+  dsk_serving_desc_init(&sv);
+  sv.tp = 2;
+  sv.max_tokens = 512;
+  sv.max_context = 65536;
+  dsk_warmup_list *l1 = NULL, *l2 = NULL;
+  TU_CHECK_OK(&counts, dsk_warmup_enumerate(c, &m, &sv, &l1));
+  TU_CHECK_OK(&counts, dsk_warmup_enumerate(c, &m, &sv, &l2));
+  int same = l1 && l2 && dsk_warmup_list_size(l1) == dsk_warmup_list_size(l2);
+  for (int64_t i = 0; same && i < dsk_warmup_list_size(l1); i++) {
+    dsk_warmup_item a, b;
+    memset(&a, 0, sizeof a);
+    a.struct_size = sizeof a;
+    b = a;
+    dsk_warmup_list_item(l1, i, &a);
+    dsk_warmup_list_item(l2, i, &b);
+    same = strcmp(a.key, b.key) == 0 && strcmp(a.label, b.label) == 0;
+  }
+  TU_CHECK(&counts, same, "enumeration is deterministic");
+  dsk_warmup_item it;
+  memset(&it, 0, sizeof it);
+  it.struct_size = sizeof it;
+  TU_CHECK(&counts, dsk_warmup_list_item(l1, dsk_warmup_list_size(l1), &it) == DSK_STATUS_INVALID_ARG,
+           "item index out of range");
+  dsk_warmup_list_free(l1);
+  dsk_warmup_list_free(l2);
+
+  /* Errors name the field. */
+  dsk_status st = DSK_STATUS_OK;
+  sv.tp = 3;
+  enum_builtin(c, "deepseek-v4-flash", &sv, &st);
+  TU_CHECK(&counts, st == DSK_STATUS_INVALID_ARG && strstr(dsk_last_error(), "tp"), "tp 3: %s", dsk_last_error());
+  sv.tp = 2;
+  sv.num_capture_sizes = 2;
+  sv.capture_sizes = NULL;
+  enum_builtin(c, "deepseek-v4-flash", &sv, &st);
+  TU_CHECK(&counts, st == DSK_STATUS_INVALID_ARG && strstr(dsk_last_error(), "capture_sizes"), "capture NULL: %s",
+           dsk_last_error());
+  sv.num_capture_sizes = 0;
+  const int64_t zero[] = {0};
+  sv.swa_widths = zero;
+  sv.num_swa_widths = 1;
+  enum_builtin(c, "deepseek-v4-flash", &sv, &st);
+  TU_CHECK(&counts, st == DSK_STATUS_INVALID_ARG && strstr(dsk_last_error(), "swa_widths[0]"), "swa width 0: %s",
+           dsk_last_error());
+  sv.num_swa_widths = 0;
+  sv.swa_widths = NULL;
+  m.num_heads = 512;
+  sv.tp = 1;
+  TU_CHECK(&counts, dsk_warmup_enumerate(c, &m, &sv, &l1) == DSK_STATUS_INVALID_ARG && l1 == NULL &&
+                        strstr(dsk_last_error(), "heads per rank"),
+           "512 heads per rank: %s", dsk_last_error());
+  TU_CHECK(&counts, dsk_warmup_enumerate(c, NULL, &sv, &l1) == DSK_STATUS_INVALID_ARG, "model NULL");
+  TU_CHECK(&counts, dsk_warmup_run(c, NULL, 0, NULL, NULL) == DSK_STATUS_INVALID_ARG, "list NULL");
+}
+
+/* ------------------------------------------------------- serving loop */
+typedef struct prog {
+  int64_t tuned, cached, prerun, skipped, calls;
+} prog;
+static void on_progress(const dsk_warmup_progress *p, void *user) {
+  prog *g = (prog *)user;
+  g->calls++;
+  if (p->action == DSK_WARMUP_TUNED) {
+    g->tuned++;
+    TU_CHECK(&counts, p->us_best > 0 && p->num_tactics >= 1 && p->tactic.op == (int32_t)p->item->op,
+             "tuned progress of %s", p->item->key);
+  } else if (p->action == DSK_WARMUP_CACHED) {
+    g->cached++;
+  } else if (p->action == DSK_WARMUP_PRERUN) {
+    g->prerun++;
+  } else {
+    g->skipped++;
+    TU_CHECK(&counts, p->reason && p->reason[0], "skip reason");
+  }
+}
+
+typedef struct envelope {
+  dsk_kv_format fmt;
+  int64_t H, max_T, max_ctx;
+  int64_t w_swa, topk, pbs, pbs4, pbs128;
+  int has_swa, has_c4a, has_c128a, has_mhc;
+  int64_t D; /* mHC hidden size */
+} envelope;
+
+/* One decode step of the envelope on random data: returns the status. */
+static dsk_status decode_step(dsk_ctx *c, const envelope *e, tu_rng *r) {
+  int64_t T = tu_int(r, 1, e->max_T);
+  int kind = 0; /* 0 SWA only / DSA, 1 C4A, 2 C128A */
+  if (e->fmt == DSK_KV_FORMAT_B584) {
+    int kinds[3], nk = 0;
+    if (e->has_swa) kinds[nk++] = 0;
+    if (e->has_c4a) kinds[nk++] = 1;
+    if (e->has_c128a) kinds[nk++] = 2;
+    kind = kinds[tu_int(r, 0, nk - 1)];
+  }
+  dsk_sparse_mla_desc d;
+  memset(&d, 0, sizeof d);
+  d.struct_size = sizeof d;
+  d.format = e->fmt;
+  d.T = T;
+  d.H = e->H;
+  const int64_t dqk = e->fmt == DSK_KV_FORMAT_A656 ? 576 : 512;
+  void *mem[10];
+  int nm = 0;
+  dsk_bf16 *q = (dsk_bf16 *)calloc((size_t)(T * e->H * dqk), 2);
+  mem[nm++] = q;
+  tu_fill_bf16_normal(r, q, (size_t)(T * e->H * dqk), 0.5);
+  d.q = q;
+  d.q_stride_h = dqk;
+  d.q_stride_t = e->H * dqk;
+  d.sm_scale = 0.04f;
+  d.nseg = kind == 0 ? 1 : 2;
+  int64_t w[2], pbs[2];
+  w[0] = e->fmt == DSK_KV_FORMAT_A656 ? e->topk : e->w_swa;
+  pbs[0] = e->pbs;
+  if (kind == 1) {
+    w[1] = e->topk;
+    pbs[1] = e->pbs4;
+  } else if (kind == 2) {
+    /* the engine's width: round_up(largest compressed count, 128), or the
+     * graph-safe fixed width of the envelope */
+    int64_t cmax = (e->max_ctx + 127) / 128;
+    int64_t fixed = (cmax + 127) / 128 * 128;
+    int64_t cnt = tu_int(r, 1, cmax);
+    w[1] = tu_int(r, 0, 3) == 0 ? fixed : (cnt + 127) / 128 * 128;
+    pbs[1] = e->pbs128;
+  }
+  for (int i = 0; i < d.nseg; i++) {
+    dsk_sparse_mla_segment *g = &d.seg[i];
+    g->cache.pbs = pbs[i];
+    g->cache.page_stride = dsk_kv_canonical_page_stride(e->fmt, pbs[i]);
+    g->cache.num_pages = 2;
+    g->cache.base = calloc((size_t)(g->cache.page_stride * 2), 1);
+    mem[nm++] = g->cache.base;
+    int32_t *sl = (int32_t *)malloc((size_t)(T * w[i]) * 4);
+    int32_t *lens = (int32_t *)malloc((size_t)T * 4);
+    mem[nm++] = sl;
+    mem[nm++] = lens;
+    for (int64_t k = 0; k < T * w[i]; k++) sl[k] = (int32_t)tu_int(r, 0, 2 * pbs[i] - 1);
+    for (int64_t t = 0; t < T; t++) lens[t] = (int32_t)tu_int(r, 0, w[i]);
+    g->slots = sl;
+    g->slots_stride_t = w[i];
+    g->width = w[i];
+    g->lens = lens;
+  }
+  dsk_bf16 *out = (dsk_bf16 *)malloc((size_t)(T * e->H * 512) * 2);
+  mem[nm++] = out;
+  d.out = out;
+  d.out_stride_h = 512;
+  d.out_stride_t = e->H * 512;
+  dsk_plan_info pi;
+  memset(&pi, 0, sizeof pi);
+  pi.struct_size = sizeof pi;
+  dsk_status st = dsk_sparse_mla_decode_plan(c, &d, &pi);
+  if (st == DSK_STATUS_OK) {
+    if (pi.tactic_source != DSK_TACTIC_TUNED) st = DSK_STATUS_TUNE_MISS;
+    d.workspace = malloc((size_t)pi.workspace_bytes + 64);
+    mem[nm++] = d.workspace;
+    d.workspace_bytes = pi.workspace_bytes;
+    if (st == DSK_STATUS_OK) st = dsk_sparse_mla_decode(c, &d);
+  }
+  for (int i = 0; i < nm; i++) free(mem[i]);
+  return st;
+}
+
+static dsk_status mhc_step(dsk_ctx *c, const envelope *e, tu_rng *r) {
+  int64_t T = tu_int(r, 1, e->max_T), nD = 4 * e->D;
+  dsk_mhc_prenorm_desc pd;
+  dsk_mhc_prenorm_desc_init(&pd);
+  pd.T = T;
+  pd.D = e->D;
+  pd.nD = nD;
+  dsk_bf16 *R = (dsk_bf16 *)malloc((size_t)(T * nD) * 2);
+  tu_fill_bf16_normal(r, R, (size_t)(T * nD), 1.0);
+  float *fn = (float *)calloc((size_t)(24 * nD), 4);
+  pd.R = R;
+  pd.R_stride = nD;
+  pd.fn = fn;
+  dsk_plan_info pi;
+  memset(&pi, 0, sizeof pi);
+  pi.struct_size = sizeof pi;
+  dsk_status st = dsk_mhc_prenorm_plan(c, &pd, &pi);
+  float *part = NULL;
+  if (st == DSK_STATUS_OK) {
+    part = (float *)malloc((size_t)pi.workspace_bytes);
+    pd.partials = part;
+    pd.partials_bytes = pi.workspace_bytes;
+    st = dsk_mhc_prenorm(c, &pd);
+  }
+  free(R);
+  free(fn);
+  free(part);
+  return st;
+}
+
+/* Runs `steps` random steps; every one must find a tuned entry. */
+static void serve(dsk_ctx *c, const envelope *e, int steps, uint64_t seed, const char *what) {
+  tu_rng r = tu_rng_make(seed);
+  TU_CHECK_OK(&counts, dsk_autotune_reset_stats(c));
+  int fails = 0, lookups = 0;
+  for (int i = 0; i < steps; i++) {
+    dsk_status st = e->has_mhc && tu_int(&r, 0, 3) == 0 ? mhc_step(c, e, &r) : decode_step(c, e, &r);
+    lookups++;
+    if (st != DSK_STATUS_OK && fails++ < 3)
+      fprintf(stderr, "%s step %d: %s: %s\n", what, i, dsk_status_name(st), dsk_last_error());
+  }
+  dsk_tune_stats s;
+  memset(&s, 0, sizeof s);
+  s.struct_size = sizeof s;
+  TU_CHECK_OK(&counts, dsk_autotune_stats(c, &s));
+  TU_CHECK(&counts, fails == 0 && s.misses == 0 && s.invalid == 0 && s.hits == lookups,
+           "%s: %d steps: %d failed, %lld misses, %lld invalid, %lld hits", what, steps, fails, (long long)s.misses,
+           (long long)s.invalid, (long long)s.hits);
+}
+
+static void test_serving(void) {
+  setenv("DSK_AUTOTUNE_L2", "warm", 1);
+  setenv("DSK_AUTOTUNE_REQUIRE_HIT", "1", 1);
+  char dir[] = "/tmp/dsk-warmup-XXXXXX";
+  TU_CHECK(&counts, mkdtemp(dir) != NULL, "mkdtemp");
+  setenv("DSK_CACHE_DIR", dir, 1);
+
+  /* DeepSeek-V4-shaped (tiny config): tokens <= 8, context 20000 (C128A
+   * widths 128 and 256). */
+  dsk_model_desc m = model_init();
+  char path[1024];
+  data_path(path, sizeof path, "tiny-dsv4");
+  TU_CHECK_OK(&counts, dsk_model_desc_from_config(path, &m));
+  dsk_serving_desc sv;
+  dsk_serving_desc_init(&sv);
+  sv.max_tokens = 8;
+  sv.max_context = 20000;
+  envelope e = {DSK_KV_FORMAT_B584, 8, 8, 20000, 128, 128, 64, 64, 2, 1, 1, 1, 1, 64};
+  dsk_ctx *c = ctx_new();
+  dsk_warmup_list *l = NULL;
+  TU_CHECK_OK(&counts, dsk_warmup_enumerate(c, &m, &sv, &l));
+  /* (SWA + C4A + 2 C128A) x {1,2,4,8} + mHC x 4 */
+  TU_CHECK(&counts, dsk_warmup_list_size(l) == 20, "tiny envelope: %lld keys", (long long)dsk_warmup_list_size(l));
+  prog g;
+  memset(&g, 0, sizeof g);
+  double t0 = tu_now_us();
+  TU_CHECK_OK(&counts, dsk_warmup_run(c, l, 0, on_progress, &g));
+  printf("test_warmup: tiny DSv4 warmup (20 keys) %.2f s\n", (tu_now_us() - t0) * 1e-6);
+  TU_CHECK(&counts, g.calls == 20 && g.tuned == 20, "warmup: %lld tuned of %lld", (long long)g.tuned,
+           (long long)g.calls);
+  serve(c, &e, 150, 1, "tiny DSv4 after warmup");
+
+  /* The same list again: everything cached; forced: re-tuned. */
+  memset(&g, 0, sizeof g);
+  TU_CHECK_OK(&counts, dsk_warmup_run(c, l, DSK_WARMUP_NO_SAVE, on_progress, &g));
+  TU_CHECK(&counts, g.cached == 20 && g.tuned == 0, "second warmup: %lld cached", (long long)g.cached);
+  memset(&g, 0, sizeof g);
+  TU_CHECK_OK(&counts, dsk_warmup_run(c, l, DSK_WARMUP_FORCE | DSK_WARMUP_NO_SAVE, on_progress, &g));
+  TU_CHECK(&counts, g.tuned == 20, "forced warmup: %lld tuned", (long long)g.tuned);
+  TU_CHECK(&counts, dsk_warmup_run(c, l, 0x100, NULL, NULL) == DSK_STATUS_INVALID_ARG, "unknown flag");
+
+  /* Rank 0 exports; rank 1 (no cache file) imports and warms up without
+   * tuning (A19): zero misses too. */
+  size_t len = 0;
+  TU_CHECK_OK(&counts, dsk_autotune_export(c, NULL, &len));
+  char *buf = (char *)malloc(len);
+  TU_CHECK_OK(&counts, dsk_autotune_export(c, buf, &len));
+  setenv("DSK_AUTOTUNE_CACHE", "off", 1);
+  dsk_ctx *rank1 = ctx_new();
+  unsetenv("DSK_AUTOTUNE_CACHE");
+  TU_CHECK_OK(&counts, dsk_autotune_import(rank1, buf, len - 1));
+  memset(&g, 0, sizeof g);
+  TU_CHECK_OK(&counts, dsk_warmup_run(rank1, l, DSK_WARMUP_NO_TUNE, on_progress, &g));
+  TU_CHECK(&counts, g.cached == 20 && g.tuned == 0, "rank 1 warmup without tuning: %lld cached", (long long)g.cached);
+  serve(rank1, &e, 60, 2, "rank 1 after import");
+  dsk_ctx_destroy(rank1);
+  free(buf);
+
+  /* Another process of the machine loads the file (full-cache warmup). */
+  dsk_ctx *c2 = ctx_new();
+  memset(&g, 0, sizeof g);
+  t0 = tu_now_us();
+  TU_CHECK_OK(&counts, dsk_warmup_run(c2, l, 0, on_progress, &g));
+  printf("test_warmup: warmup with a full cache %.3f s\n", (tu_now_us() - t0) * 1e-6);
+  TU_CHECK(&counts, g.cached == 20, "from the file: %lld cached", (long long)g.cached);
+  serve(c2, &e, 60, 3, "second process from the file");
+  dsk_ctx_destroy(c2);
+  dsk_warmup_list_free(l);
+
+  /* Budget too small: keys are skipped with a reason, nothing breaks. */
+  setenv("DSK_AUTOTUNE_MAX_MB", "1", 1);
+  setenv("DSK_AUTOTUNE_CACHE", "off", 1);
+  unsetenv("DSK_AUTOTUNE_REQUIRE_HIT");
+  dsk_ctx *c3 = ctx_new();
+  sv.max_tokens = 1;
+  TU_CHECK_OK(&counts, dsk_warmup_enumerate(c3, &m, &sv, &l));
+  memset(&g, 0, sizeof g);
+  TU_CHECK_OK(&counts, dsk_warmup_run(c3, l, 0, on_progress, &g));
+  TU_CHECK(&counts, g.skipped >= 4 && g.skipped + g.tuned == g.calls, "1 MiB budget: %lld skipped of %lld",
+           (long long)g.skipped, (long long)g.calls);
+  dsk_warmup_list_free(l);
+  dsk_ctx_destroy(c3);
+  unsetenv("DSK_AUTOTUNE_MAX_MB");
+  unsetenv("DSK_AUTOTUNE_CACHE");
+  setenv("DSK_AUTOTUNE_REQUIRE_HIT", "1", 1);
+
+  /* GLM-5.1 TP8 (Format A, top-2048, 8 heads per rank), tokens <= 2. */
+  m = model_init();
+  TU_CHECK_OK(&counts, dsk_model_desc_builtin("glm-5.1", &m));
+  dsk_serving_desc_init(&sv);
+  sv.tp = 8;
+  sv.max_tokens = 2;
+  sv.max_context = 8192;
+  envelope eg = {DSK_KV_FORMAT_A656, 8, 2, 8192, 0, 2048, 64, 0, 0, 0, 0, 0, 0, 0};
+  TU_CHECK_OK(&counts, dsk_warmup_enumerate(c, &m, &sv, &l));
+  TU_CHECK(&counts, dsk_warmup_list_size(l) == 2, "GLM envelope: %lld keys", (long long)dsk_warmup_list_size(l));
+  t0 = tu_now_us();
+  TU_CHECK_OK(&counts, dsk_warmup_run(c, l, 0, NULL, NULL));
+  printf("test_warmup: GLM-5.1 TP8 warmup (2 keys) %.2f s\n", (tu_now_us() - t0) * 1e-6);
+  serve(c, &eg, 12, 4, "GLM-5.1 TP8 after warmup");
+  dsk_warmup_list_free(l);
+  dsk_ctx_destroy(c);
+
+  unsetenv("DSK_AUTOTUNE_REQUIRE_HIT");
+  unsetenv("DSK_CACHE_DIR");
+  char cmd[200];
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+  if (system(cmd) != 0) fprintf(stderr, "note: could not remove %s\n", dir);
+}
+
+int main(void) {
+  /* Never the user's cache: HOME points at a folder of this run. */
+  char home[] = "/tmp/dsk-warmup-home-XXXXXX";
+  TU_CHECK(&counts, mkdtemp(home) != NULL, "mkdtemp");
+  setenv("HOME", home, 1);
+  unsetenv("XDG_CACHE_HOME");
+  unsetenv("DSK_CACHE_DIR");
+  unsetenv("DSK_AUTOTUNE");
+  unsetenv("DSK_AUTOTUNE_CACHE");
+  unsetenv("DSK_AUTOTUNE_MAX_MB");
+  unsetenv("DSK_AUTOTUNE_REQUIRE_HIT");
+  test_models();
+  setenv("DSK_AUTOTUNE_CACHE", "off", 1);
+  dsk_ctx *c = ctx_new();
+  unsetenv("DSK_AUTOTUNE_CACHE");
+  if (c) test_enumerate(c);
+  dsk_ctx_destroy(c);
+  test_serving();
+  char cmd[200];
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", home);
+  if (system(cmd) != 0) fprintf(stderr, "note: could not remove %s\n", home);
+  return tu_finish("test_warmup", &counts);
+}
