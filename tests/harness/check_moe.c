@@ -84,8 +84,10 @@ static int check_formats(dsk_ctx *ctx, dsk_ctx *ref, const dsk_check_opts *o, tu
   x[5] = NAN;
   x[40 * 1 + 300] = INFINITY;
   dsk_ctx *cs[2] = {ctx, ref};
-  uint8_t *q[2], *s[2], *f[2], *fs[2];
-  int32_t *pk[2];
+  /* NULL-initialised: a backend that does not serve the op stops the loop at
+   * i = 0 and the second set is never allocated */
+  uint8_t *q[2] = {NULL, NULL}, *s[2] = {NULL, NULL}, *f[2] = {NULL, NULL}, *fs[2] = {NULL, NULL};
+  int32_t *pk[2] = {NULL, NULL};
   int64_t cnt[2][2];
   const int64_t W = dsk_sf_packed_words(1, R, ng);
   dsk_status st = DSK_STATUS_OK;
