@@ -313,6 +313,9 @@ typedef struct dsk_plan_info {
 /* ----------------------------------------------------- sparse MLA decode */
 typedef enum dsk_precision { DSK_PRECISION_ACCURATE = 0, DSK_PRECISION_FAST = 1 } dsk_precision;
 
+/* Decode tactic (version 1): v[0] chunks per CTA (64-candidate chunks, from
+ * {1, 2, 3, 4, 6, 8, 12, 16, 24, 32} clipped to the chunk count), v[1] heads
+ * per CTA (16, or 32 when H > 16), v[2..5] = 0. */
 #define DSK_SPARSE_MLA_TACTIC_VERSION 1
 
 typedef struct dsk_sparse_mla_segment {

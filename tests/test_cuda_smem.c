@@ -22,11 +22,28 @@ int main(void) {
     TU_CHECK(&c, DSK_MLA_SREC(f) >= (f == 1 ? 656 : 584), "format %d: record stride too small", f);
     printf("format %s: %ld bytes of shared memory per CTA (limit %d)\n", f == 1 ? "A656" : "B584", bytes,
            DSK_SM120_SMEM_LIMIT);
+    /* the 32-head kernel */
+    const long b32 = DSK_MLA32_SMEM_BYTES(f);
+    TU_CHECK(&c, b32 <= DSK_SM120_SMEM_LIMIT, "format %d, 32 heads: %ld B > %d", f, b32, DSK_SM120_SMEM_LIMIT);
+    TU_CHECK(&c, DSK_MLA32_OFF_KVH(f) % 16 == 0 && DSK_MLA32_OFF_PS(f) % 16 == 0 && DSK_MLA32_OFF_QS(f) % 16 == 0 &&
+                     DSK_MLA32_OFF_VALID(f) % 16 == 0,
+             "format %d, 32 heads: misaligned region", f);
+    /* ldmatrix rows of the f16 records and of the staged Q hit distinct banks */
+    TU_CHECK(&c, DSK_MLA32_KVH_STRIDE(f) % 128 == 16 && DSK_MLA32_QST_STRIDE(f) % 128 == 16,
+             "format %d, 32 heads: row strides %d / %d", f, DSK_MLA32_KVH_STRIDE(f), DSK_MLA32_QST_STRIDE(f));
+    TU_CHECK(&c, DSK_MLA32_KVH_STRIDE(f) >= 2 * DSK_MLA_NOPE(f) && DSK_MLA32_QST_STRIDE(f) >= 2 * (DSK_MLA_NOPE(f) + 64),
+             "format %d, 32 heads: rows too short", f);
+    TU_CHECK(&c, DSK_MLA32_QST_FITS(f), "format %d, 32 heads: Q staging does not fit its alias", f);
+    printf("format %s: %ld bytes of shared memory per 32-head CTA (limit %d)\n", f == 1 ? "A656" : "B584", b32,
+           DSK_SM120_SMEM_LIMIT);
   }
 #ifdef DSK_HAVE_CUDA
-  TU_CHECK(&c, dsk__cuda_sparse_mla_smem_bytes(DSK_KV_FORMAT_A656) == DSK_MLA_SMEM_BYTES(1), "A mismatch");
-  TU_CHECK(&c, dsk__cuda_sparse_mla_smem_bytes(DSK_KV_FORMAT_B584) == DSK_MLA_SMEM_BYTES(2), "B mismatch");
-  TU_CHECK(&c, dsk__cuda_sparse_mla_smem_bytes(DSK_KV_FORMAT_IDXK132) == 0, "indexer format has no decode kernel");
+  TU_CHECK(&c, dsk__cuda_sparse_mla_smem_bytes(DSK_KV_FORMAT_A656, 16) == DSK_MLA_SMEM_BYTES(1), "A mismatch");
+  TU_CHECK(&c, dsk__cuda_sparse_mla_smem_bytes(DSK_KV_FORMAT_B584, 16) == DSK_MLA_SMEM_BYTES(2), "B mismatch");
+  TU_CHECK(&c, dsk__cuda_sparse_mla_smem_bytes(DSK_KV_FORMAT_A656, 32) == DSK_MLA32_SMEM_BYTES(1), "A32 mismatch");
+  TU_CHECK(&c, dsk__cuda_sparse_mla_smem_bytes(DSK_KV_FORMAT_B584, 32) == DSK_MLA32_SMEM_BYTES(2), "B32 mismatch");
+  TU_CHECK(&c, dsk__cuda_sparse_mla_smem_bytes(DSK_KV_FORMAT_A656, 8) == 0, "8 heads per CTA has no kernel");
+  TU_CHECK(&c, dsk__cuda_sparse_mla_smem_bytes(DSK_KV_FORMAT_IDXK132, 16) == 0, "indexer format has no decode kernel");
   {
     const long mhc = (long)dsk__cuda_mhc_smem_bytes();
     TU_CHECK(&c, mhc > 0 && mhc <= DSK_SM120_SMEM_LIMIT, "mHC: %ld B > %d", mhc, DSK_SM120_SMEM_LIMIT);

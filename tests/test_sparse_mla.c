@@ -289,6 +289,7 @@ static void test_plan(dsk_ctx *ctx) {
   TU_CHECK_OK(&counts, dsk_sparse_mla_decode_plan(ctx, &d, &pi));
   TU_CHECK(&counts, pi.tactic.op == DSK_OP_SPARSE_MLA_DECODE && pi.tactic.version == DSK_SPARSE_MLA_TACTIC_VERSION,
            "plan tactic op %d version %d", (int)pi.tactic.op, (int)pi.tactic.version);
+  /* the heuristic takes the 16-head CTA (the 32-head one only when forced) */
   TU_CHECK(&counts, pi.tactic.v[1] == 16 && pi.tactic.v[2] == 0 && pi.tactic.v[5] == 0, "plan tactic v1 %d",
            (int)pi.tactic.v[1]);
   TU_CHECK(&counts, pi.tactic.v[0] >= 1 && pi.tactic.v[0] <= 10, "plan tactic v0 %d", (int)pi.tactic.v[0]);
@@ -309,6 +310,22 @@ static void test_plan(dsk_ctx *ctx) {
   TU_CHECK_OK(&counts, dsk_sparse_mla_decode_plan(ctx, &d, &pi));
   TU_CHECK(&counts, pi.tactic_source == DSK_TACTIC_FORCED && pi.tactic.v[0] == 10, "forced: source %d v0 %d",
            pi.tactic_source, (int)pi.tactic.v[0]);
+  d.tactic.v[1] = 32;
+  TU_CHECK_OK(&counts, dsk_sparse_mla_decode_plan(ctx, &d, &pi));
+  TU_CHECK(&counts, pi.tactic_source == DSK_TACTIC_FORCED && pi.tactic.v[1] == 32, "forced 32 heads: source %d v1 %d",
+           pi.tactic_source, (int)pi.tactic.v[1]);
+  /* H <= 16: heads per CTA 32 is refused, and the heuristic takes 16 */
+  {
+    const int64_t H0 = d.H;
+    d.H = 16;
+    dsk_status st16 = dsk_sparse_mla_decode_plan(ctx, &d, &pi);
+    TU_CHECK(&counts, st16 == DSK_STATUS_INVALID_ARG && strstr(dsk_last_error(), "tactic.v[1]"),
+             "32 heads per CTA with H 16: %s '%s'", dsk_status_name(st16), dsk_last_error());
+    memset(&d.tactic, 0, sizeof d.tactic);
+    TU_CHECK_OK(&counts, dsk_sparse_mla_decode_plan(ctx, &d, &pi));
+    TU_CHECK(&counts, pi.tactic.v[1] == 16, "H 16: heuristic heads per CTA %d", (int)pi.tactic.v[1]);
+    d.H = H0;
+  }
 
   /* invalid forced tactics */
   struct {
@@ -320,6 +337,7 @@ static void test_plan(dsk_ctx *ctx) {
       {DSK_OP_SPARSE_MLA_DECODE, 1, 0, 16, 0, "tactic.v[0]"},
       {DSK_OP_SPARSE_MLA_DECODE, 1, -1, 16, 0, "tactic.v[0]"},
       {DSK_OP_SPARSE_MLA_DECODE, 1, 4, 8, 0, "tactic.v[1]"},
+      {DSK_OP_SPARSE_MLA_DECODE, 1, 4, 64, 0, "tactic.v[1]"},
       {DSK_OP_SPARSE_MLA_DECODE, 1, 4, 16, 1, "tactic.v[2]"},
       {DSK_OP_KV_WRITE, 1, 4, 16, 0, "tactic.op"},
       {DSK_OP_SPARSE_MLA_DECODE, 2, 4, 16, 0, "tactic.version"},

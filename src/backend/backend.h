@@ -97,9 +97,10 @@ typedef struct dsk_backend {
   /* One timed copy of `bytes` from src to dst, in microseconds. */
   dsk_status (*bench_copy)(dsk_ctx *ctx, void *dst, const void *src, size_t bytes, double *us);
 
-  /* Optional: resident CTAs per SM of the decode kernel, for the tactic
-   * heuristic (NULL = 1). */
-  int (*sparse_mla_ctas_per_sm)(const dsk_ctx *ctx, const dsk_sparse_mla_desc *d);
+  /* Optional: resident CTAs per SM of the decode kernel with
+   * heads_per_cta heads per CTA (tactic v[1]), for the tactic heuristic
+   * (NULL = 1). */
+  int (*sparse_mla_ctas_per_sm)(const dsk_ctx *ctx, const dsk_sparse_mla_desc *d, int heads_per_cta);
 } dsk_backend;
 
 /* Registry (registry.c). */

@@ -241,8 +241,21 @@ static int tactic_is_zero(const dsk_tactic *t) {
   return 1;
 }
 
+/* Heads per CTA (tactic v[1]) of the heuristic and of the tuner's tactic
+ * set: 16. The 32-head kernel (v[1] = 32, H > 16) is valid when forced but
+ * measured slower than the 16-head kernel on most H200 shapes
+ * (docs/benchmarks.md, v6), so neither the heuristic nor the tuner picks it. */
+static int32_t dsk__sparse_mla_heads_per_cta(const dsk_sparse_mla_desc *d) {
+  (void)d;
+  return 16;
+}
+
+/* Is v1 a valid heads-per-CTA value for the shape? 16 always; 32 when
+ * H > 16. */
+static int mla_heads_valid(const dsk_sparse_mla_desc *d, int32_t v1) { return v1 == 16 || (v1 == 32 && d->H > 16); }
+
 /* The heuristic of sparse-decode.md §9: among the v[0] values giving <= 3
- * waves, waves = T*ceil(H/16)*splits / (SMs*CTAs per SM) (evaluated exactly
+ * waves, waves = T*ceil(H/hpc)*splits / (SMs*CTAs per SM) (evaluated exactly
  * in integers: num / den), minimise ceil(waves) - waves, ties to the larger
  * value; none -> the largest. Reads only the shape fields of d. */
 void dsk__sparse_mla_heuristic(const dsk_ctx *ctx, const dsk_sparse_mla_desc *d, dsk_tactic *out) {
@@ -250,13 +263,14 @@ void dsk__sparse_mla_heuristic(const dsk_ctx *ctx, const dsk_sparse_mla_desc *d,
   int nv = mla_cpb_values(d, vals);
   int64_t chunks = mla_chunks(d);
   int64_t sms = ctx->info.sm_count > 0 ? ctx->info.sm_count : 1;
+  const int32_t hpc = dsk__sparse_mla_heads_per_cta(d);
   int64_t per_sm = 1;
   if (ctx->backend && ctx->backend->sparse_mla_ctas_per_sm) {
-    int c = ctx->backend->sparse_mla_ctas_per_sm(ctx, d);
+    int c = ctx->backend->sparse_mla_ctas_per_sm(ctx, d, hpc);
     if (c > 0) per_sm = c;
   }
   int64_t den = sms * per_sm;
-  int64_t hg = (d->H + 15) / 16;
+  int64_t hg = (d->H + hpc - 1) / hpc;
   int best = -1;
   int64_t best_gap = 0; /* (ceil(waves) - waves) * den */
   for (int i = 0; i < nv; i++) {
@@ -274,20 +288,22 @@ void dsk__sparse_mla_heuristic(const dsk_ctx *ctx, const dsk_sparse_mla_desc *d,
   out->op = DSK_OP_SPARSE_MLA_DECODE;
   out->version = DSK_SPARSE_MLA_TACTIC_VERSION;
   out->v[0] = vals[best];
-  out->v[1] = 16;
+  out->v[1] = hpc;
 }
 
 /* The tactic set of the shape in the op's fixed enumeration order (cpb
- * ascending, heads per CTA 16; autotune.md §1). Returns the count (<= 10). */
+ * ascending, heads per CTA from dsk__sparse_mla_heads_per_cta; autotune.md
+ * §1). Returns the count (<= 10). */
 int dsk__sparse_mla_tactics(const dsk_sparse_mla_desc *d, dsk_tactic out[10]) {
   int32_t vals[10];
   int nv = mla_cpb_values(d, vals);
+  const int32_t hpc = dsk__sparse_mla_heads_per_cta(d);
   for (int i = 0; i < nv; i++) {
     memset(&out[i], 0, sizeof out[i]);
     out[i].op = DSK_OP_SPARSE_MLA_DECODE;
     out[i].version = DSK_SPARSE_MLA_TACTIC_VERSION;
     out[i].v[0] = vals[i];
-    out[i].v[1] = 16;
+    out[i].v[1] = hpc;
   }
   return nv;
 }
@@ -297,7 +313,7 @@ int dsk__sparse_mla_tactics(const dsk_sparse_mla_desc *d, dsk_tactic out[10]) {
  * widths); the result must be in the valid set. 1 = usable. */
 int dsk__sparse_mla_tactic_fix(const dsk_sparse_mla_desc *d, dsk_tactic *t) {
   if (t->op != DSK_OP_SPARSE_MLA_DECODE || t->version != DSK_SPARSE_MLA_TACTIC_VERSION) return 0;
-  if (t->v[1] != 16) return 0;
+  if (!mla_heads_valid(d, t->v[1])) return 0;
   for (int i = 2; i < 6; i++)
     if (t->v[i] != 0) return 0;
   int64_t chunks = mla_chunks(d);
@@ -334,8 +350,9 @@ static dsk_status resolve_tactic(const dsk_ctx *ctx, const dsk_sparse_mla_desc *
                        OP ": tactic.v[0] (chunks_per_block) %d is not valid for %lld chunks (valid: %s)", (int)f->v[0],
                        (long long)mla_chunks(d), list);
     }
-    if (f->v[1] != 16)
-      return dsk__fail(DSK_STATUS_INVALID_ARG, OP ": tactic.v[1] (heads per CTA) %d is not 16", (int)f->v[1]);
+    if (!mla_heads_valid(d, f->v[1]))
+      return dsk__fail(DSK_STATUS_INVALID_ARG, OP ": tactic.v[1] (heads per CTA) %d is not 16%s", (int)f->v[1],
+                       d->H > 16 ? " or 32" : " (32 needs H > 16)");
     for (int i = 2; i < 6; i++)
       if (f->v[i] != 0)
         return dsk__fail(DSK_STATUS_INVALID_ARG, OP ": tactic.v[%d] %d is not 0 (reserved)", i, (int)f->v[i]);

@@ -146,7 +146,7 @@ int dsk_bench_sparse_mla(dsk_ctx *ctx, const dsk_bench_mla_opts *o, FILE *out) {
           "device events around each call, a spin kernel ahead so host enqueue time is not counted\n",
           dsk_version(), info.backend, info.device_name, info.sm_count, (long long)info.l2_bytes, copy_gbps,
           copy_bytes >> 20, o->warm ? "warm" : "flushed");
-  fprintf(out, "model,layer,fmt,T,H,w0,w1,pbs1,cpb,splits,median_us,tflops,gbps,pct_copy_bw,floor_us,x_floor,valid\n");
+  fprintf(out, "model,layer,fmt,T,H,w0,w1,pbs1,cpb,hpc,splits,median_us,tflops,gbps,pct_copy_bw,floor_us,x_floor,valid\n");
 
   /* One pool per format, >= 4x L2 (at least 256 MiB). */
   const int64_t l2 = info.l2_bytes > 0 ? info.l2_bytes : (64 << 20);
@@ -253,9 +253,9 @@ int dsk_bench_sparse_mla(dsk_ctx *ctx, const dsk_bench_mla_opts *o, FILE *out) {
           const double us = br.median_us;
           const double floor_us = fmax(bytes / (copy_gbps * 1e3), flop / (mma_tflops * 1e6));
           const int chunks = (mc->w0 + 63) / 64 + (mc->w1 + 63) / 64;
-          fprintf(out, "%s,%s,%s,%d,%d,%d,%d,%d,%d,%d,%.2f,%.1f,%.0f,%.1f,%.2f,%.2f,%lld\n", mc->model, mc->layer,
+          fprintf(out, "%s,%s,%s,%d,%d,%d,%d,%d,%d,%d,%d,%.2f,%.1f,%.0f,%.1f,%.2f,%.2f,%lld\n", mc->model, mc->layer,
                   fmt == DSK_KV_FORMAT_A656 ? "A" : "B", T, H, mc->w0, mc->w1, nseg == 2 ? (int)cache1->pbs : 0,
-                  pi.tactic.v[0], (chunks + pi.tactic.v[0] - 1) / pi.tactic.v[0], us, flop / (us * 1e6),
+                  pi.tactic.v[0], pi.tactic.v[1], (chunks + pi.tactic.v[0] - 1) / pi.tactic.v[0], us, flop / (us * 1e6),
                   bytes / (us * 1e3), 100.0 * bytes / (us * 1e3) / copy_gbps, floor_us, us / floor_us,
                   (long long)n_att);
           fflush(out);

@@ -839,31 +839,38 @@ static int run_case(dsk_ctx *ctx, const case_cfg *cc, FILE *log, tu_counts *c) {
     r.dd.precision = DSK_PRECISION_ACCURATE;
   }
 
-  /* every valid forced tactic */
+  /* every valid forced tactic: each chunks-per-CTA value, and on a CUDA
+   * backend each heads-per-CTA value (16; 32 when H > 16) */
   if (cc->sweep && st == DSK_STATUS_OK && oracle_ok) {
     int32_t vals[10];
     int nv = tactic_values(cc, vals);
-    for (int i = 0; i < nv; i++) {
+    dsk_ctx_info ci;
+    memset(&ci, 0, sizeof ci);
+    ci.struct_size = sizeof ci;
+    dsk_ctx_get_info(ctx, &ci);
+    const int nh = ci.is_cuda && H > 16 ? 2 : 1;
+    for (int i = 0; i < nv * nh; i++) {
+      const int32_t v0 = vals[i % nv], v1 = i < nv ? 16 : 32;
       memset(&r.dd.tactic, 0, sizeof r.dd.tactic);
       r.dd.tactic.op = DSK_OP_SPARSE_MLA_DECODE;
       r.dd.tactic.version = DSK_SPARSE_MLA_TACTIC_VERSION;
-      r.dd.tactic.v[0] = vals[i];
-      r.dd.tactic.v[1] = 16;
+      r.dd.tactic.v[0] = v0;
+      r.dd.tactic.v[1] = v1;
       st = run_once(ctx, &r, 0xFF, &pi, cnt, r.out_h2, r.lse_h2);
-      TU_CHECK(c, st == DSK_STATUS_OK, "%s: tactic v0=%d -> %s: %s", name, (int)vals[i], dsk_status_name(st),
-               dsk_last_error());
+      TU_CHECK(c, st == DSK_STATUS_OK, "%s: tactic v0=%d v1=%d -> %s: %s", name, (int)v0, (int)v1,
+               dsk_status_name(st), dsk_last_error());
       if (st != DSK_STATUS_OK) continue;
-      TU_CHECK(c, pi.tactic_source == DSK_TACTIC_FORCED && pi.tactic.v[0] == vals[i],
-               "%s: plan did not report the forced tactic %d", name, (int)vals[i]);
+      TU_CHECK(c, pi.tactic_source == DSK_TACTIC_FORCED && pi.tactic.v[0] == v0 && pi.tactic.v[1] == v1,
+               "%s: plan did not report the forced tactic %d/%d", name, (int)v0, (int)v1);
       r.hd.out = r.out_h2;
       r.hd.lse = r.lse_h2;
       mla_compare(&r.hd, ref_out, ref_lse, nvalid, &m);
       int ok = mla_within_bound(&m, DSK_PRECISION_ACCURATE) && gaps_touched(&r, r.out_h2, r.lse_h2) == 0 &&
                cnt[0] == exp_cnt[0] && cnt[1] == exp_cnt[1];
-      TU_CHECK(c, ok, "%s: tactic v0=%d rel_l2 %.3e max_abs %.3e lse_abs %.3e", name, (int)vals[i], m.rel_l2,
-               m.max_abs, m.lse_abs);
-      fprintf(log, "sparse_mla %-62s tactic v0=%-2d rel_l2 %.2e max_abs %.2e lse_abs %.2e  %s\n", name, (int)vals[i],
-              m.rel_l2, m.max_abs, m.lse_abs, ok ? "pass" : "FAIL");
+      TU_CHECK(c, ok, "%s: tactic v0=%d v1=%d rel_l2 %.3e max_abs %.3e lse_abs %.3e", name, (int)v0, (int)v1,
+               m.rel_l2, m.max_abs, m.lse_abs);
+      fprintf(log, "sparse_mla %-58s tactic v0=%-2d v1=%d rel_l2 %.2e max_abs %.2e lse_abs %.2e  %s\n", name,
+              (int)v0, (int)v1, m.rel_l2, m.max_abs, m.lse_abs, ok ? "pass" : "FAIL");
     }
     memset(&r.dd.tactic, 0, sizeof r.dd.tactic);
     st = DSK_STATUS_OK;

@@ -19,7 +19,7 @@ typedef struct dsk_cuda_state {
   int device;
   int sm120_table;        /* 1 = running the cuda-sm120 table (native or DSK_TEST_AS_SM120) */
   int64_t smem_optin;     /* per-block opt-in limit after the SM120 cap */
-  int mla_ctas_per_sm[3]; /* decode kernel residency per format (index = dsk_kv_format) */
+  int mla_ctas_per_sm[2][3]; /* decode kernel residency [16 / 32 heads per CTA][dsk_kv_format] */
   int mla_ready;          /* shared-memory attributes set for the decode kernels */
 } dsk_cuda_state;
 
@@ -49,14 +49,15 @@ dsk_status dsk__cuda_slot_list_build(dsk_ctx *ctx, const dsk_slot_list_desc *d);
 /* sparse_mla_decode.cu */
 int64_t dsk__cuda_sparse_mla_workspace(const dsk_ctx *ctx, const dsk_sparse_mla_desc *d, const dsk_tactic *t);
 dsk_status dsk__cuda_sparse_mla_decode(dsk_ctx *ctx, const dsk_sparse_mla_desc *d, const dsk_tactic *t);
-int dsk__cuda_sparse_mla_ctas_per_sm(const dsk_ctx *ctx, const dsk_sparse_mla_desc *d);
+int dsk__cuda_sparse_mla_ctas_per_sm(const dsk_ctx *ctx, const dsk_sparse_mla_desc *d, int heads_per_cta);
 /* Once per context (after cudaSetDevice): raise the decode kernels'
  * shared-memory limit and record their residency, so plan and run do no
  * driver calls beyond the launches. */
 dsk_status dsk__cuda_sparse_mla_setup(dsk_cuda_state *st);
-/* Shared memory bytes of one decode CTA for a format (host-computable, from
- * the kernel's own constants; 0 for an unknown format). */
-int64_t dsk__cuda_sparse_mla_smem_bytes(dsk_kv_format f);
+/* Shared memory bytes of one decode CTA for a format and heads per CTA (16
+ * or 32; host-computable, from the kernel's own constants; 0 for an unknown
+ * format or head count). */
+int64_t dsk__cuda_sparse_mla_smem_bytes(dsk_kv_format f, int heads_per_cta);
 /* mhc.cu (the same kernels for cuda-sm90 and cuda-sm120) */
 dsk_status dsk__cuda_mhc_prenorm(dsk_ctx *ctx, const dsk_mhc_prenorm_desc *d, const dsk_tactic *t);
 dsk_status dsk__cuda_mhc_pre(dsk_ctx *ctx, const dsk_mhc_pre_desc *d, const dsk_tactic *t);

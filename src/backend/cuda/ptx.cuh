@@ -1,6 +1,6 @@
 /* ptx.cuh - the small PTX wrappers the portable kernels share. Every
- * instruction here exists on both sm_90 and sm_120 (cp.async, mma.sync
- * f16/bf16 m16n8k16, cvt e4m3x2 -> f16x2, ex2.approx): see the portability
+ * instruction here exists on both sm_90 and sm_120 (cp.async, ldmatrix,
+ * mma.sync f16/bf16 m16n8k16, cvt e4m3x2 -> f16x2, ex2.approx): see the portability
  * rule in spec/sparse-decode.md §9. */
 #ifndef DSK_PTX_CUH
 #define DSK_PTX_CUH
@@ -29,6 +29,20 @@ __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commi
 template <int N>
 __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
+/* ldmatrix: four 8x8 b16 matrices; lane l supplies the shared address of
+ * row (l & 7) of matrix (l >> 3) (16-byte aligned); r[m] is matrix m's
+ * fragment. .trans delivers the transposed fragment. */
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void *p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_u32(p)));
+}
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const void *p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_u32(p)));
 }
 
 /* two e4m3 in the low 16 bits (low byte first) -> f16x2 (low half = low

@@ -1,10 +1,13 @@
-/* sparse_mla_decode.cu - the portable sparse MLA decode kernel (ACCURATE
- * mode) and its combine kernel, shared by cuda-sm90 and cuda-sm120.
+/* sparse_mla_decode.cu - the launcher of the portable sparse MLA decode
+ * kernels (ACCURATE mode) and their combine kernel, shared by cuda-sm90 and
+ * cuda-sm120. Tactic v[1] (heads per CTA) picks the kernel: 16 = the kernel
+ * described below (sparse_mla_k16.cuh, the default), 32 = the 32-head kernel
+ * of sparse_mla_k32.cuh (forced only; see docs/benchmarks.md, v6).
  *
  * Only instructions that exist on sm_90 and sm_120 are used: mma.sync
  * (f16 and bf16 m16n8k16, fp32 accumulation), cp.async, cvt e4m3x2->f16x2.
  *
- * CTA = 4 warps, 16 heads (the m16 rows) of one query row, one split of the
+ * 16-head kernel: CTA = 4 warps, 16 heads (the m16 rows) of one query row, one split of the
  * row's 64-candidate chunks (segment 0 chunks, then segment 1). Candidates
  * are processed in stages of 32: the raw cache records are copied into
  * shared memory with cp.async (double buffer; invalid candidates are zero
@@ -36,528 +39,9 @@
 
 namespace {
 
-constexpr int kHeads = DSK_MLA_HEADS;
-constexpr int kThreads = DSK_MLA_THREADS;
-constexpr int kSub = DSK_MLA_SUB;
-
-struct Seg {
-  const uint8_t *base;
-  int64_t pbs, page_stride, cap; /* cap = num_pages * pbs */
-  const int32_t *slots;
-  int64_t slots_st, width;
-  const int32_t *lens;
-};
-
-struct Params {
-  const uint16_t *q;
-  int64_t q_st, q_sh;
-  float scale_log2; /* sm_scale * log2(e) */
-  int64_t T, H;
-  int nseg;
-  Seg seg[2];
-  const float *sink;
-  uint16_t *out;
-  int64_t out_st, out_sh;
-  float *lse;
-  int64_t lse_st, lse_sh;
-  float *part_o;   /* [T][H][splits][512] */
-  float *part_lse; /* [T][H][splits] */
-  int splits, cpb, nch0, nch;
-  int nhg;
-  unsigned long long *counters;
-};
-
-template <int F>
-struct Fmt;
-template <>
-struct Fmt<1> { /* A656 */
-  static constexpr int NOPE = 512, TILE = 128, NT = 4, SREC = 656, ROPE = 528, PIECES = 41;
-};
-template <>
-struct Fmt<2> { /* B584 */
-  static constexpr int NOPE = 448, TILE = 64, NT = 7, SREC = 592, ROPE = 448, PIECES = 36;
-};
-
-using namespace dsk_ptx;
-
-__device__ __forceinline__ uint32_t pack_f16(float lo, float hi) {
-  __half2 h = __floats2half2_rn(lo, hi);
-  return *reinterpret_cast<uint32_t *>(&h);
-}
-__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
-  uint32_t r;
-  asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
-  return r;
-}
-__device__ __forceinline__ float bf16_bits_to_f32(uint32_t b) { return __uint_as_float(b << 16); }
-__device__ __forceinline__ uint16_t f32_to_bf16_rne(float x) {
-  uint32_t r;
-  asm("{\n .reg .b16 t;\n cvt.rn.bf16.f32 t, %1;\n cvt.u32.u16 %0, t;\n}\n" : "=r"(r) : "f"(x));
-  return (uint16_t)r;
-}
-
-/* KV UE8M0 decode by the exponent-field trick: e = 0 gives 0.0 as the spec
- * requires; e = 255 (never written) gives +inf, which kv-cache.md allows. */
-__device__ __forceinline__ float ue8m0_kv(uint32_t e) { return __uint_as_float(e << 23); }
-
-/* Scale of tile `tile` of the staged record at `rec`. */
-template <int F>
-__device__ __forceinline__ float tile_scale(const uint8_t *rec, int tile) {
-  if (F == 1) return *reinterpret_cast<const float *>(rec + 512 + 4 * tile);
-  return ue8m0_kv(rec[576 + tile]);
-}
-
-__device__ __forceinline__ float warp_max(float v) {
-#pragma unroll
-  for (int o = 16; o; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-  return v;
-}
-
-#define kNegInf (-INFINITY)
-
-/* Length of segment s's valid prefix in row t. */
-__device__ __forceinline__ int64_t seg_len(const Seg &sg, int64_t t) {
-  if (!sg.lens) return sg.width;
-  int64_t l = sg.lens[t];
-  return l < 0 ? 0 : (l > sg.width ? sg.width : l);
-}
-
-template <int F>
-__global__ void __launch_bounds__(kThreads) sparse_mla_kernel(const Params p) {
-  using C = Fmt<F>;
-  extern __shared__ __align__(16) uint8_t smem[];
-  uint8_t *kv = smem + DSK_MLA_OFF_KV;
-  __half *qn = reinterpret_cast<__half *>(smem + DSK_MLA_OFF_QN(F));
-  uint16_t *qr = reinterpret_cast<uint16_t *>(smem + DSK_MLA_OFF_QR(F));
-  float *P = reinterpret_cast<float *>(smem + DSK_MLA_OFF_P(F));
-  float *qscale = reinterpret_cast<float *>(smem + DSK_MLA_OFF_RED(F));
-  int32_t *valid = reinterpret_cast<int32_t *>(smem + DSK_MLA_OFF_VALID(F));
-
-  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, q4 = lane & 3;
-  const int hg = (int)(blockIdx.x % (unsigned)p.nhg);
-  const int64_t t = blockIdx.x / (unsigned)p.nhg;
-  const int split = blockIdx.y;
-  const int h0 = hg * kHeads;
-  const bool counting = p.counters && hg == 0;
-  /* Let the combine kernel (launched with programmatic stream serialization)
-   * start its launch now; it waits in griddepcontrol.wait until this grid
-   * has completed and its writes are visible. */
-  asm volatile("griddepcontrol.launch_dependents;\n" ::);
-
-  /* Valid prefix per segment and this split's active stages. */
-  int64_t L0 = seg_len(p.seg[0], t), L1 = p.nseg > 1 ? seg_len(p.seg[1], t) : 0;
-  if (counting && split == 0 && tid == 0) {
-    unsigned long long clamped = 0;
-    for (int s = 0; s < p.nseg; s++)
-      if (p.seg[s].lens) {
-        int64_t l = p.seg[s].lens[t];
-        clamped += (l < 0 || l > p.seg[s].width);
-      }
-    if (clamped) atomicAdd(&p.counters[1], clamped);
-  }
-  const int c0 = split * p.cpb, c1 = min(c0 + p.cpb, p.nch);
-  /* segment 0: stages [b0, e0), segment 1: stages [b1, e1) (stage = 32 candidates) */
-  const int64_t b0 = 2 * (int64_t)c0, e0 = min((int64_t)2 * min(c1, p.nch0), (L0 + kSub - 1) / kSub);
-  const int64_t b1 = 2 * (int64_t)max(c0 - p.nch0, 0), e1 = min((int64_t)2 * max(c1 - p.nch0, 0), (L1 + kSub - 1) / kSub);
-  const int n0 = (int)max(e0 - b0, (int64_t)0), n1 = (int)max(e1 - b1, (int64_t)0), n = n0 + n1;
-
-  /* ---- Q: 16 heads -> f16 nope (pre-scaled by 2^-shift) + bf16 rope.
-   * All loads of the warp's 4 rows are issued before any is used. */
-  auto load_q = [&]() {
-    uint4 qv[4][2], rv[4];
-#pragma unroll
-    for (int r = 0; r < 4; r++) {
-      const int h = h0 + warp * 4 + r;
-      const bool live = h < p.H;
-      const uint16_t *qrow = p.q + t * p.q_st + (int64_t)(live ? h : 0) * p.q_sh;
-#pragma unroll
-      for (int k = 0; k < 2; k++) {
-        const int d = lane * 8 + 256 * k;
-        qv[r][k] = (live && d < C::NOPE) ? *reinterpret_cast<const uint4 *>(qrow + d) : make_uint4(0, 0, 0, 0);
-      }
-      rv[r] = (live && lane < 8) ? *reinterpret_cast<const uint4 *>(qrow + C::NOPE + lane * 8) : make_uint4(0, 0, 0, 0);
-    }
-#pragma unroll
-    for (int r = 0; r < 4; r++) {
-      const int row = warp * 4 + r;
-      float mx = 0.f;
-#pragma unroll
-      for (int k = 0; k < 2; k++) {
-        const uint32_t w[4] = {qv[r][k].x, qv[r][k].y, qv[r][k].z, qv[r][k].w};
-#pragma unroll
-        for (int e = 0; e < 4; e++)
-          mx = fmaxf(mx, fmaxf(fabsf(bf16_bits_to_f32(w[e] & 0xffff)), fabsf(bf16_bits_to_f32(w[e] >> 16))));
-      }
-      mx = warp_max(mx);
-      const int ex = (int)((__float_as_uint(mx) >> 23) & 0xff) - 127;
-      int shift = ex - 14 > 0 ? ex - 14 : 0;
-      if (shift > 125) shift = 125;
-      const float inv = __uint_as_float((uint32_t)(127 - shift) << 23);
-      if (lane == 0) qscale[row] = __uint_as_float((uint32_t)(127 + shift) << 23);
-#pragma unroll
-      for (int k = 0; k < 2; k++) {
-        const int d = lane * 8 + 256 * k;
-        if (d >= C::NOPE) continue;
-        const uint32_t w[4] = {qv[r][k].x, qv[r][k].y, qv[r][k].z, qv[r][k].w};
-        uint32_t o[4];
-#pragma unroll
-        for (int e = 0; e < 4; e++)
-          o[e] = pack_f16(bf16_bits_to_f32(w[e] & 0xffff) * inv, bf16_bits_to_f32(w[e] >> 16) * inv);
-        *reinterpret_cast<uint4 *>(qn + row * DSK_MLA_QN_STRIDE(F) + d) = make_uint4(o[0], o[1], o[2], o[3]);
-      }
-      if (lane < 8) *reinterpret_cast<uint4 *>(qr + row * DSK_MLA_QR_STRIDE + lane * 8) = rv[r];
-    }
-  };
-
-  /* ---- stage issue: thread (c = tid/4, part = tid%4) copies record c */
-  /* Slot id of this thread's candidate (c = tid/4) in stage i, or -1 past
-   * the valid prefix. Loaded two stages ahead so that no stage waits on it. */
-  auto load_slot = [&](int i) -> int32_t {
-    if (i >= n) return -1;
-    const bool s1 = i >= n0;
-    const int64_t k = (s1 ? b1 + (i - n0) : b0 + i) * kSub + (tid >> 2);
-    if (k >= (s1 ? L1 : L0)) return -1;
-    const int32_t *slots = s1 ? p.seg[1].slots : p.seg[0].slots;
-    const int64_t sst = s1 ? p.seg[1].slots_st : p.seg[0].slots_st;
-    return __ldg(slots + t * sst + k);
-  };
-  auto issue = [&](int i, int32_t slot) {
-    const int st = i % DSK_MLA_STAGES;
-    const bool s1 = i >= n0; /* fields picked by value: no dynamic indexing of the parameters */
-    const int64_t k0 = (s1 ? b1 + (i - n0) : b0 + i) * kSub;
-    const int64_t L = s1 ? L1 : L0;
-    const uint8_t *sbase = s1 ? p.seg[1].base : p.seg[0].base;
-    const int64_t pbs = s1 ? p.seg[1].pbs : p.seg[0].pbs;
-    const int c = tid >> 2, part = tid & 3;
-    const int64_t k = k0 + c;
-    bool ok = false;
-    const uint8_t *src = sbase, *foot = sbase;
-    if (k < L) {
-      const int64_t cap = s1 ? p.seg[1].cap : p.seg[0].cap;
-      ok = slot >= 0 && (int64_t)slot < cap;
-      if (!ok && slot >= 0 && counting && part == 0) atomicAdd(&p.counters[0], 1ull);
-      if (ok) {
-        const int64_t pst = s1 ? p.seg[1].page_stride : p.seg[0].page_stride;
-        const int64_t pg = slot / pbs, j = slot % pbs;
-        const uint8_t *page = sbase + pg * pst;
-        if (F == 1) {
-          src = page + 656 * j;
-        } else {
-          src = page + 576 * j;
-          foot = page + 576 * pbs + 8 * j;
-        }
-      }
-    }
-    uint8_t *dst = kv + (st * kSub + c) * C::SREC;
-    for (int pc = part; pc < C::PIECES; pc += 4) cp_async16(dst + pc * 16, src + pc * 16, ok);
-    if (F == 2 && part == 0) cp_async8(dst + 576, foot, ok);
-    if (part == 0) valid[st * kSub + c] = ok;
-  };
-
-  /* ---- running state */
-  float m2[2] = {kNegInf, kNegInf}; /* rows g, g+8; log2 domain; identical in every warp */
-  float lsum[2] = {0.f, 0.f};       /* this thread's columns only */
-  float acc[2][8][4];
-  float R[2] = {0.f, 0.f};
-#pragma unroll
-  for (int hh = 0; hh < 2; hh++)
-#pragma unroll
-    for (int j = 0; j < 8; j++)
-#pragma unroll
-      for (int i = 0; i < 4; i++) acc[hh][j][i] = 0.f;
-
-  /* prologue: stages 0 .. STAGES-2 in flight, the next slot id loading */
-#pragma unroll
-  for (int j = 0; j < DSK_MLA_STAGES - 1; j++) {
-    if (j < n) issue(j, load_slot(j));
-    cp_async_commit();
-  }
-  int32_t next_slot = load_slot(DSK_MLA_STAGES - 1);
-  load_q();
-  __syncthreads(); /* Q staged */
-
-  const float qs0 = qscale[g], qs1 = qscale[g + 8];
-  /* QK work of this warp: A: tile `warp` + rope k-step `warp`;
-   * B: tiles 2w, 2w+1 (warp 3: tile 6 + all four rope k-steps). */
-  constexpr int TPW = F == 1 ? 1 : 2;
-
-  for (int i = 0; i < n; i++) {
-    const int st = i % DSK_MLA_STAGES;
-    if (i + DSK_MLA_STAGES - 1 < n) issue(i + DSK_MLA_STAGES - 1, next_slot);
-    next_slot = load_slot(i + DSK_MLA_STAGES);
-    cp_async_commit();
-    cp_async_wait<DSK_MLA_STAGES - 1>();
-    __syncthreads();
-    const uint8_t *kb = kv + st * kSub * C::SREC;
-
-    /* ---- QK partials: this warp's dims for all 32 candidates (4 n-tiles) */
-    {
-      float part[4][4];
-#pragma unroll
-      for (int j = 0; j < 4; j++)
-#pragma unroll
-        for (int e = 0; e < 4; e++) part[j][e] = 0.f;
-#pragma unroll
-      for (int tw = 0; tw < TPW; tw++) {
-        const int tile = F == 1 ? warp : 2 * warp + tw;
-        if (tile >= C::NT) break;
-        float ta[4][4];
-#pragma unroll
-        for (int j = 0; j < 4; j++)
-#pragma unroll
-          for (int e = 0; e < 4; e++) ta[j][e] = 0.f;
-#pragma unroll
-        for (int ks = 0; ks < C::TILE / 16; ks++) {
-          const int d0 = tile * C::TILE + ks * 16;
-          const uint2 qa = *reinterpret_cast<const uint2 *>(qn + g * DSK_MLA_QN_STRIDE(F) + d0 + 4 * q4);
-          const uint2 qb = *reinterpret_cast<const uint2 *>(qn + (g + 8) * DSK_MLA_QN_STRIDE(F) + d0 + 4 * q4);
-          const uint32_t a[4] = {qa.x, qb.x, qa.y, qb.y};
-#pragma unroll
-          for (int j = 0; j < 4; j++) {
-            const uint32_t kw = *reinterpret_cast<const uint32_t *>(kb + (j * 8 + g) * C::SREC + d0 + 4 * q4);
-            uint32_t b0, b1;
-            e4m3x4_to_f16x2x2(kw, b0, b1);
-            mma_f16(ta[j], a, b0, b1);
-          }
-        }
-#pragma unroll
-        for (int j = 0; j < 4; j++) {
-          const uint8_t *r0 = kb + (j * 8 + 2 * q4) * C::SREC;
-          const float s0 = tile_scale<F>(r0, tile), s1 = tile_scale<F>(r0 + C::SREC, tile);
-          part[j][0] += ta[j][0] * s0;
-          part[j][1] += ta[j][1] * s1;
-          part[j][2] += ta[j][2] * s0;
-          part[j][3] += ta[j][3] * s1;
-        }
-      }
-      float ra[4][4];
-#pragma unroll
-      for (int j = 0; j < 4; j++)
-#pragma unroll
-        for (int e = 0; e < 4; e++) ra[j][e] = 0.f;
-      const int rk0 = F == 1 ? warp : 0, rk1 = F == 1 ? warp + 1 : (warp == 3 ? 4 : 0);
-#pragma unroll 1
-      for (int ks = rk0; ks < rk1; ks++) {
-        const int d0 = ks * 16 + 2 * q4;
-        const uint32_t a[4] = {*reinterpret_cast<const uint32_t *>(qr + g * DSK_MLA_QR_STRIDE + d0),
-                               *reinterpret_cast<const uint32_t *>(qr + (g + 8) * DSK_MLA_QR_STRIDE + d0),
-                               *reinterpret_cast<const uint32_t *>(qr + g * DSK_MLA_QR_STRIDE + d0 + 8),
-                               *reinterpret_cast<const uint32_t *>(qr + (g + 8) * DSK_MLA_QR_STRIDE + d0 + 8)};
-#pragma unroll
-        for (int j = 0; j < 4; j++) {
-          const uint16_t *rope = reinterpret_cast<const uint16_t *>(kb + (j * 8 + g) * C::SREC + C::ROPE);
-          mma_bf16(ra[j], a, *reinterpret_cast<const uint32_t *>(rope + d0),
-                   *reinterpret_cast<const uint32_t *>(rope + d0 + 8));
-        }
-      }
-      /* partial score of this warp: S_w[row][cand], stored for every warp to read */
-      float *Sw = P + warp * kHeads * DSK_MLA_P_STRIDE;
-#pragma unroll
-      for (int j = 0; j < 4; j++) {
-        const int cc = j * 8 + 2 * q4;
-        *reinterpret_cast<float2 *>(Sw + g * DSK_MLA_P_STRIDE + cc) =
-            make_float2(part[j][0] * qs0 + ra[j][0], part[j][1] * qs0 + ra[j][1]);
-        *reinterpret_cast<float2 *>(Sw + (g + 8) * DSK_MLA_P_STRIDE + cc) =
-            make_float2(part[j][2] * qs1 + ra[j][2], part[j][3] * qs1 + ra[j][3]);
-      }
-    }
-    __syncthreads();
-
-    /* ---- softmax, computed by every warp for the 16 (row, candidate)
-     * pairs each thread needs as its PV A fragments: rows g, g+8 and
-     * candidates 16*ks + 8*hi + 2*q4 + {0,1}. Same inputs, same operations:
-     * every warp holds identical values. */
-    float pv[2][2][2][2]; /* [ks][hi][row][pair] */
-    {
-      float sc[2][2][2][2];
-      float mx0 = kNegInf, mx1 = kNegInf;
-#pragma unroll
-      for (int ks = 0; ks < 2; ks++)
-#pragma unroll
-        for (int hi = 0; hi < 2; hi++) {
-          const int cc = ks * 16 + hi * 8 + 2 * q4;
-          float2 s0 = make_float2(0.f, 0.f), s1 = make_float2(0.f, 0.f);
-#pragma unroll
-          for (int w = 0; w < DSK_MLA_WARPS; w++) {
-            const float *Sw = P + w * kHeads * DSK_MLA_P_STRIDE;
-            const float2 x0 = *reinterpret_cast<const float2 *>(Sw + g * DSK_MLA_P_STRIDE + cc);
-            const float2 x1 = *reinterpret_cast<const float2 *>(Sw + (g + 8) * DSK_MLA_P_STRIDE + cc);
-            s0.x += x0.x;
-            s0.y += x0.y;
-            s1.x += x1.x;
-            s1.y += x1.y;
-          }
-          const bool v0 = valid[st * kSub + cc] != 0, v1 = valid[st * kSub + cc + 1] != 0;
-          sc[ks][hi][0][0] = v0 ? s0.x * p.scale_log2 : kNegInf;
-          sc[ks][hi][0][1] = v1 ? s0.y * p.scale_log2 : kNegInf;
-          sc[ks][hi][1][0] = v0 ? s1.x * p.scale_log2 : kNegInf;
-          sc[ks][hi][1][1] = v1 ? s1.y * p.scale_log2 : kNegInf;
-          mx0 = fmaxf(mx0, fmaxf(sc[ks][hi][0][0], sc[ks][hi][0][1]));
-          mx1 = fmaxf(mx1, fmaxf(sc[ks][hi][1][0], sc[ks][hi][1][1]));
-        }
-#pragma unroll
-      for (int o = 1; o <= 2; o <<= 1) {
-        mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, o));
-        mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, o));
-      }
-      const float mn[2] = {fmaxf(m2[0], mx0), fmaxf(m2[1], mx1)};
-      float al[2];
-#pragma unroll
-      for (int r = 0; r < 2; r++) {
-        al[r] = mn[r] == kNegInf ? 1.f : fast_exp2(m2[r] - mn[r]);
-        m2[r] = mn[r];
-        lsum[r] *= al[r];
-      }
-#pragma unroll
-      for (int ks = 0; ks < 2; ks++)
-#pragma unroll
-        for (int hi = 0; hi < 2; hi++)
-#pragma unroll
-          for (int r = 0; r < 2; r++)
-#pragma unroll
-            for (int e = 0; e < 2; e++) {
-              const float x = sc[ks][hi][r][e];
-              const float pr = x == kNegInf ? 0.f : fast_exp2(x - mn[r]);
-              pv[ks][hi][r][e] = pr;
-              lsum[r] += pr;
-            }
-      /* rescale the output accumulators by the max change (R is applied
-       * below); skipped when no row max of the warp moved */
-      if (!__all_sync(0xffffffffu, al[0] == 1.f && al[1] == 1.f))
-#pragma unroll
-      for (int hh = 0; hh < 2; hh++)
-#pragma unroll
-        for (int j = 0; j < 8; j++) {
-          acc[hh][j][0] *= al[0];
-          acc[hh][j][1] *= al[0];
-          acc[hh][j][2] *= al[1];
-          acc[hh][j][3] *= al[1];
-        }
-    }
-
-    /* ---- PV: this warp's two 64-dim halves */
-#pragma unroll
-    for (int hh = 0; hh < 2; hh++) {
-      const int db = warp * 128 + hh * 64; /* first output dim of the half */
-      const bool rope_half = F == 2 && db >= 448;
-      const int tile = F == 1 ? warp : (db / 64);
-      float inv = 1.f;
-      if (!rope_half) {
-        const float s_lane = tile_scale<F>(kb + lane * C::SREC, tile); /* candidate `lane` */
-        const float rnew = fmaxf(R[hh], warp_max(s_lane));
-        const float keep = rnew > 0.f ? R[hh] / rnew : 0.f;
-        inv = rnew > 0.f ? 1.f / rnew : 0.f;
-        R[hh] = rnew;
-        if (keep != 1.f) {
-#pragma unroll
-          for (int j = 0; j < 8; j++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) acc[hh][j][e] *= keep;
-        }
-      }
-#pragma unroll
-      for (int ks = 0; ks < 2; ks++) {
-        const int ca = ks * 16 + 2 * q4; /* candidates ca, ca+1 (b0) and ca+8, ca+9 (b1) */
-        const uint8_t *r0 = kb + ca * C::SREC, *r1 = r0 + C::SREC, *r2 = r0 + 8 * C::SREC, *r3 = r2 + C::SREC;
-        if (rope_half) {
-          const uint32_t a[4] = {pack_bf16(pv[ks][0][0][0], pv[ks][0][0][1]), pack_bf16(pv[ks][0][1][0], pv[ks][0][1][1]),
-                                 pack_bf16(pv[ks][1][0][0], pv[ks][1][0][1]), pack_bf16(pv[ks][1][1][0], pv[ks][1][1][1])};
-          const int off = C::ROPE + 2 * (db - 448 + 8 * g);
-          const uint4 v0 = *reinterpret_cast<const uint4 *>(r0 + off), v1 = *reinterpret_cast<const uint4 *>(r1 + off);
-          const uint4 v2 = *reinterpret_cast<const uint4 *>(r2 + off), v3 = *reinterpret_cast<const uint4 *>(r3 + off);
-          const uint32_t w0[4] = {v0.x, v0.y, v0.z, v0.w}, w1[4] = {v1.x, v1.y, v1.z, v1.w};
-          const uint32_t w2[4] = {v2.x, v2.y, v2.z, v2.w}, w3[4] = {v3.x, v3.y, v3.z, v3.w};
-#pragma unroll
-          for (int j = 0; j < 8; j++) {
-            const uint32_t sel = (j & 1) ? 0x7632u : 0x5410u; /* high or low bf16 of each word */
-            const uint32_t b0 = __byte_perm(w0[j >> 1], w1[j >> 1], sel);
-            const uint32_t b1 = __byte_perm(w2[j >> 1], w3[j >> 1], sel);
-            mma_bf16(acc[hh][j], a, b0, b1);
-          }
-        } else {
-          const float s0 = tile_scale<F>(r0, tile) * inv, s1 = tile_scale<F>(r1, tile) * inv;
-          const float s2 = tile_scale<F>(r2, tile) * inv, s3 = tile_scale<F>(r3, tile) * inv;
-          const uint32_t a[4] = {pack_f16(pv[ks][0][0][0] * s0, pv[ks][0][0][1] * s1),
-                                 pack_f16(pv[ks][0][1][0] * s0, pv[ks][0][1][1] * s1),
-                                 pack_f16(pv[ks][1][0][0] * s2, pv[ks][1][0][1] * s3),
-                                 pack_f16(pv[ks][1][1][0] * s2, pv[ks][1][1][1] * s3)};
-          const int off = db + 8 * g;
-          const uint2 v0 = *reinterpret_cast<const uint2 *>(r0 + off), v1 = *reinterpret_cast<const uint2 *>(r1 + off);
-          const uint2 v2 = *reinterpret_cast<const uint2 *>(r2 + off), v3 = *reinterpret_cast<const uint2 *>(r3 + off);
-#pragma unroll
-          for (int j = 0; j < 8; j++) {
-            const uint32_t x0 = j < 4 ? v0.x : v0.y, x1 = j < 4 ? v1.x : v1.y;
-            const uint32_t x2 = j < 4 ? v2.x : v2.y, x3 = j < 4 ? v3.x : v3.y;
-            const uint32_t sel = (uint32_t)(j & 3) | ((uint32_t)((j & 3) + 4) << 4);
-            mma_f16(acc[hh][j], a, e4m3x2_to_f16x2(__byte_perm(x0, x1, sel)),
-                    e4m3x2_to_f16x2(__byte_perm(x2, x3, sel)));
-          }
-        }
-      }
-    }
-    __syncthreads(); /* the stage buffer and the partial scores are reused */
-  }
-  cp_async_wait<0>();
-
-  /* ---- finish: row sums over the 4 lanes of a row (every warp holds the
-   * same softmax state), then output or partials */
-  float l[2] = {lsum[0], lsum[1]};
-#pragma unroll
-  for (int o = 1; o <= 2; o <<= 1) {
-    l[0] += __shfl_xor_sync(0xffffffffu, l[0], o);
-    l[1] += __shfl_xor_sync(0xffffffffu, l[1], o);
-  }
-#pragma unroll
-  for (int rr = 0; rr < 2; rr++) {
-    const int h = h0 + g + 8 * rr;
-    if (h >= p.H) continue;
-    const bool empty = !(l[rr] > 0.f);
-    const float lse = empty ? kNegInf : (m2[rr] + log2f(l[rr])) * 0.69314718055994531f;
-    if (p.splits == 1) {
-      float fac = 0.f;
-      if (!empty) {
-        fac = 1.f / l[rr];
-        if (p.sink) fac *= 1.f / (1.f + expf(p.sink[h] - lse)); /* sigmoid(lse - sink) */
-      }
-      uint16_t *orow = p.out + t * p.out_st + (int64_t)h * p.out_sh;
-#pragma unroll
-      for (int hh = 0; hh < 2; hh++) {
-        const float f = fac * (F == 2 && warp == 3 && hh == 1 ? 1.f : R[hh]);
-#pragma unroll
-        for (int c = 0; c < 2; c++) {
-          uint32_t w[4];
-#pragma unroll
-          for (int j = 0; j < 8; j += 2) {
-            const float x0 = empty ? 0.f : acc[hh][j][2 * rr + c] * f;
-            const float x1 = empty ? 0.f : acc[hh][j + 1][2 * rr + c] * f;
-            w[j / 2] = (uint32_t)f32_to_bf16_rne(x0) | ((uint32_t)f32_to_bf16_rne(x1) << 16);
-          }
-          const int dim = warp * 128 + hh * 64 + 8 * (2 * q4 + c);
-          *reinterpret_cast<uint4 *>(orow + dim) = make_uint4(w[0], w[1], w[2], w[3]);
-        }
-      }
-      if (p.lse && q4 == 0 && warp == 0) p.lse[t * p.lse_st + (int64_t)h * p.lse_sh] = lse;
-    } else {
-      const int64_t part = (t * p.H + h) * p.splits + split;
-      float *po = p.part_o + part * 512;
-      const float inv_l = empty ? 0.f : 1.f / l[rr];
-#pragma unroll
-      for (int hh = 0; hh < 2; hh++) {
-        const float f = inv_l * (F == 2 && warp == 3 && hh == 1 ? 1.f : R[hh]);
-#pragma unroll
-        for (int c = 0; c < 2; c++) {
-          float x[8];
-#pragma unroll
-          for (int j = 0; j < 8; j++) x[j] = empty ? 0.f : acc[hh][j][2 * rr + c] * f;
-          const int dim = warp * 128 + hh * 64 + 8 * (2 * q4 + c);
-          *reinterpret_cast<float4 *>(po + dim) = make_float4(x[0], x[1], x[2], x[3]);
-          *reinterpret_cast<float4 *>(po + dim + 4) = make_float4(x[4], x[5], x[6], x[7]);
-        }
-      }
-      if (q4 == 0 && warp == 0) p.part_lse[part] = lse;
-    }
-  }
-}
+#include "sparse_mla_common.cuh"
+#include "sparse_mla_k16.cuh"
+#include "sparse_mla_k32.cuh"
 
 /* One block of 128 threads per (t, h): merge the splits, fold the sink. */
 __global__ void __launch_bounds__(128) sparse_mla_combine_kernel(const Params p) {
@@ -624,6 +108,7 @@ dsk_status launch(dsk_ctx *ctx, const dsk_sparse_mla_desc *d, const dsk_tactic *
     const dsk_sparse_mla_segment &sg = d->seg[i];
     p.seg[i].base = (const uint8_t *)sg.cache.base;
     p.seg[i].pbs = sg.cache.pbs;
+    p.seg[i].pbs32 = sg.cache.pbs > (int64_t)0x80000000LL ? 0x80000000u : (uint32_t)sg.cache.pbs;
     p.seg[i].page_stride = sg.cache.page_stride;
     p.seg[i].cap = sg.cache.num_pages * sg.cache.pbs;
     p.seg[i].slots = sg.slots;
@@ -642,13 +127,15 @@ dsk_status launch(dsk_ctx *ctx, const dsk_sparse_mla_desc *d, const dsk_tactic *
   p.nch = chunk_count(d);
   p.cpb = tc->v[0] > p.nch ? p.nch : (tc->v[0] > 0 ? tc->v[0] : 1);
   p.splits = (p.nch + p.cpb - 1) / p.cpb;
-  p.nhg = (int)((d->H + kHeads - 1) / kHeads);
+  const bool wide = tc->v[1] == DSK_MLA32_HEADS; /* heads per CTA: 16 or 32 (validated by src/ops) */
+  const int hpc = wide ? DSK_MLA32_HEADS : kHeads;
+  p.nhg = (int)((d->H + hpc - 1) / hpc);
   p.counters = (unsigned long long *)d->counters;
   if (p.splits > 1) {
     p.part_o = (float *)d->workspace;
     p.part_lse = p.part_o + d->T * d->H * p.splits * 512;
   }
-  const int smem = DSK_MLA_SMEM_BYTES(F);
+  const int smem = wide ? DSK_MLA32_SMEM_BYTES(F) : DSK_MLA_SMEM_BYTES(F);
   const dsk_cuda_state *st = dsk__cuda_state(ctx);
   if (smem > st->smem_optin)
     return dsk__fail(DSK_STATUS_UNSUPPORTED, "sparse_mla_decode: kernel needs %d B of shared memory, device allows %lld",
@@ -657,7 +144,10 @@ dsk_status launch(dsk_ctx *ctx, const dsk_sparse_mla_desc *d, const dsk_tactic *
   if (blocks_x > 2147483647LL || p.splits > 65535)
     return dsk__fail(DSK_STATUS_UNSUPPORTED, "sparse_mla_decode: grid %lld x %d is too large", (long long)blocks_x,
                      p.splits);
-  sparse_mla_kernel<F><<<dim3((unsigned)blocks_x, (unsigned)p.splits), kThreads, smem, s>>>(p);
+  if (wide)
+    sparse_mla_k32_kernel<F><<<dim3((unsigned)blocks_x, (unsigned)p.splits), k32Threads, smem, s>>>(p);
+  else
+    sparse_mla_kernel<F><<<dim3((unsigned)blocks_x, (unsigned)p.splits), kThreads, smem, s>>>(p);
   DSK_CUDA_LAUNCHED("sparse_mla_decode");
   if (p.splits > 1) {
     if (d->T * d->H > 2147483647LL) return dsk__fail(DSK_STATUS_UNSUPPORTED, "sparse_mla_decode: T*H too large");
@@ -680,9 +170,11 @@ dsk_status launch(dsk_ctx *ctx, const dsk_sparse_mla_desc *d, const dsk_tactic *
 
 }  // namespace
 
-extern "C" int64_t dsk__cuda_sparse_mla_smem_bytes(dsk_kv_format f) {
-  if (f == DSK_KV_FORMAT_A656) return DSK_MLA_SMEM_BYTES(1);
-  if (f == DSK_KV_FORMAT_B584) return DSK_MLA_SMEM_BYTES(2);
+extern "C" int64_t dsk__cuda_sparse_mla_smem_bytes(dsk_kv_format f, int heads_per_cta) {
+  if (heads_per_cta != 16 && heads_per_cta != DSK_MLA32_HEADS) return 0;
+  const bool wide = heads_per_cta == DSK_MLA32_HEADS;
+  if (f == DSK_KV_FORMAT_A656) return wide ? DSK_MLA32_SMEM_BYTES(1) : DSK_MLA_SMEM_BYTES(1);
+  if (f == DSK_KV_FORMAT_B584) return wide ? DSK_MLA32_SMEM_BYTES(2) : DSK_MLA_SMEM_BYTES(2);
   return 0;
 }
 
@@ -694,37 +186,44 @@ extern "C" int64_t dsk__cuda_sparse_mla_workspace(const dsk_ctx *ctx, const dsk_
   return d->T * d->H * (int64_t)splits * (512 + 1) * 4;
 }
 
-extern "C" dsk_status dsk__cuda_sparse_mla_setup(dsk_cuda_state *st) {
-  const int fmts[2] = {DSK_KV_FORMAT_A656, DSK_KV_FORMAT_B584};
-  for (int i = 0; i < 2; i++) {
-    const int f = fmts[i];
-    const int smem = (int)dsk__cuda_sparse_mla_smem_bytes((dsk_kv_format)f);
-    st->mla_ctas_per_sm[f] = 1;
-    if (smem > st->smem_optin) continue; /* the launch reports it */
-    cudaError_t e = f == DSK_KV_FORMAT_A656
-                        ? cudaFuncSetAttribute(sparse_mla_kernel<1>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem)
-                        : cudaFuncSetAttribute(sparse_mla_kernel<2>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
-    if (e != cudaSuccess) {
-      cudaGetLastError();
-      return dsk__fail(DSK_STATUS_DEVICE, "dsk_ctx_create: cudaFuncSetAttribute (sparse_mla_decode): %s",
-                       cudaGetErrorString(e));
-    }
-    int n = 0;
-    e = f == DSK_KV_FORMAT_A656
-            ? cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, sparse_mla_kernel<1>, kThreads, (size_t)smem)
-            : cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, sparse_mla_kernel<2>, kThreads, (size_t)smem);
-    if (e != cudaSuccess) cudaGetLastError();
-    /* cuda-sm120: 128 KB of shared memory per SM holds one CTA */
-    st->mla_ctas_per_sm[f] = st->sm120_table ? 1 : (n > 0 ? n : 1);
+namespace {
+/* Raise one kernel's shared-memory limit and read its residency. */
+template <typename K>
+dsk_status setup_kernel(const dsk_cuda_state *st, K kernel, int threads, int smem, int *ctas_per_sm) {
+  *ctas_per_sm = 1;
+  if (smem > st->smem_optin) return DSK_STATUS_OK; /* the launch reports it */
+  cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+  if (e != cudaSuccess) {
+    cudaGetLastError();
+    return dsk__fail(DSK_STATUS_DEVICE, "dsk_ctx_create: cudaFuncSetAttribute (sparse_mla_decode): %s",
+                     cudaGetErrorString(e));
   }
+  int n = 0;
+  e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, threads, (size_t)smem);
+  if (e != cudaSuccess) cudaGetLastError();
+  /* cuda-sm120: 128 KB of shared memory per SM holds one CTA */
+  *ctas_per_sm = st->sm120_table ? 1 : (n > 0 ? n : 1);
+  return DSK_STATUS_OK;
+}
+}  // namespace
+
+extern "C" dsk_status dsk__cuda_sparse_mla_setup(dsk_cuda_state *st) {
+  dsk_status r;
+  const int A = DSK_KV_FORMAT_A656, B = DSK_KV_FORMAT_B584;
+  if ((r = setup_kernel(st, sparse_mla_kernel<1>, kThreads, DSK_MLA_SMEM_BYTES(1), &st->mla_ctas_per_sm[0][A])) ||
+      (r = setup_kernel(st, sparse_mla_kernel<2>, kThreads, DSK_MLA_SMEM_BYTES(2), &st->mla_ctas_per_sm[0][B])) ||
+      (r = setup_kernel(st, sparse_mla_k32_kernel<1>, k32Threads, DSK_MLA32_SMEM_BYTES(1), &st->mla_ctas_per_sm[1][A])) ||
+      (r = setup_kernel(st, sparse_mla_k32_kernel<2>, k32Threads, DSK_MLA32_SMEM_BYTES(2), &st->mla_ctas_per_sm[1][B])))
+    return r;
   st->mla_ready = 1;
   return DSK_STATUS_OK;
 }
 
-extern "C" int dsk__cuda_sparse_mla_ctas_per_sm(const dsk_ctx *ctx, const dsk_sparse_mla_desc *d) {
+extern "C" int dsk__cuda_sparse_mla_ctas_per_sm(const dsk_ctx *ctx, const dsk_sparse_mla_desc *d, int heads_per_cta) {
   const dsk_cuda_state *st = dsk__cuda_state(ctx);
   const int f = (int)d->format;
-  return (f == DSK_KV_FORMAT_A656 || f == DSK_KV_FORMAT_B584) ? st->mla_ctas_per_sm[f] : 1;
+  const int w = heads_per_cta == DSK_MLA32_HEADS;
+  return (f == DSK_KV_FORMAT_A656 || f == DSK_KV_FORMAT_B584) ? st->mla_ctas_per_sm[w][f] : 1;
 }
 
 extern "C" dsk_status dsk__cuda_sparse_mla_decode(dsk_ctx *ctx, const dsk_sparse_mla_desc *d, const dsk_tactic *t) {

@@ -12,6 +12,31 @@
 #define DSK_MLA_CHUNK 64   /* candidates per tactic chunk (2 stages) */
 #ifndef DSK_MLA_STAGES
 #define DSK_MLA_STAGES 2   /* cp.async pipeline depth (stages of DSK_MLA_SUB candidates) */
+/* ---- the 32-head kernel (tactic heads per CTA 32; sparse_mla_k32.cuh):
+ * 8 warps = 2 head tiles x 4 dim quarters. Per 32-candidate stage the raw
+ * records (double buffer) are converted once to f16 (KVH) and read by
+ * ldmatrix for both QK and PV. Q is staged in the KVH + PS area before the
+ * first stage and then lives in registers. */
+#define DSK_MLA32_HEADS 32
+#define DSK_MLA32_WARPS 8
+#define DSK_MLA32_THREADS (32 * DSK_MLA32_WARPS)
+/* f16 row stride of the converted nope dims (bytes; = 16 mod 128 so that
+ * ldmatrix rows fall in distinct banks) */
+#define DSK_MLA32_KVH_STRIDE(f) ((f) == 1 ? 1040 : 912)
+/* Q staging row stride in bytes (nope f16 + rope bf16, = 16 mod 128) */
+#define DSK_MLA32_QST_STRIDE(f) ((f) == 1 ? 1168 : 1040)
+#define DSK_MLA32_OFF_RAW 0
+#define DSK_MLA32_OFF_KVH(f) (DSK_MLA32_OFF_RAW + 2 * DSK_MLA_SUB * DSK_MLA_SREC(f))
+/* PS: partial scores fp32 [2 head tiles][4 quarters][16][P_STRIDE] */
+#define DSK_MLA32_OFF_PS(f) (DSK_MLA32_OFF_KVH(f) + DSK_MLA_SUB * DSK_MLA32_KVH_STRIDE(f))
+#define DSK_MLA32_OFF_QS(f) (DSK_MLA32_OFF_PS(f) + 8 * 16 * DSK_MLA_P_STRIDE * 4)
+/* qscale[32] fp32, then valid[2][SUB] int32 */
+#define DSK_MLA32_OFF_VALID(f) (DSK_MLA32_OFF_QS(f) + DSK_MLA32_HEADS * 4)
+#define DSK_MLA32_SMEM_BYTES(f) (DSK_MLA32_OFF_VALID(f) + 2 * DSK_MLA_SUB * 4)
+/* the Q staging (32 rows) must fit in KVH + PS, which it aliases */
+#define DSK_MLA32_QST_FITS(f) \
+  (DSK_MLA32_HEADS * DSK_MLA32_QST_STRIDE(f) <= DSK_MLA32_OFF_QS(f) - DSK_MLA32_OFF_KVH(f))
+
 #endif
 
 /* Per format (1 = A656, 2 = B584): shared record stride (bytes), Q nope row
@@ -33,5 +58,30 @@
 /* red: qscale[HEADS] fp32; then valid[STAGES][SUB] int32 */
 #define DSK_MLA_OFF_VALID(f) (DSK_MLA_OFF_RED(f) + DSK_MLA_HEADS * 4)
 #define DSK_MLA_SMEM_BYTES(f) (DSK_MLA_OFF_VALID(f) + DSK_MLA_STAGES * DSK_MLA_SUB * 4)
+
+/* ---- the 32-head kernel (tactic heads per CTA 32; sparse_mla_k32.cuh):
+ * 8 warps = 2 head tiles x 4 dim quarters. Per 32-candidate stage the raw
+ * records (double buffer) are converted once to f16 (KVH) and read by
+ * ldmatrix for both QK and PV. Q is staged in the KVH + PS area before the
+ * first stage and then lives in registers. */
+#define DSK_MLA32_HEADS 32
+#define DSK_MLA32_WARPS 8
+#define DSK_MLA32_THREADS (32 * DSK_MLA32_WARPS)
+/* f16 row stride of the converted nope dims (bytes; = 16 mod 128 so that
+ * ldmatrix rows fall in distinct banks) */
+#define DSK_MLA32_KVH_STRIDE(f) ((f) == 1 ? 1040 : 912)
+/* Q staging row stride in bytes (nope f16 + rope bf16, = 16 mod 128) */
+#define DSK_MLA32_QST_STRIDE(f) ((f) == 1 ? 1168 : 1040)
+#define DSK_MLA32_OFF_RAW 0
+#define DSK_MLA32_OFF_KVH(f) (DSK_MLA32_OFF_RAW + 2 * DSK_MLA_SUB * DSK_MLA_SREC(f))
+/* PS: partial scores fp32 [2 head tiles][4 quarters][16][P_STRIDE] */
+#define DSK_MLA32_OFF_PS(f) (DSK_MLA32_OFF_KVH(f) + DSK_MLA_SUB * DSK_MLA32_KVH_STRIDE(f))
+#define DSK_MLA32_OFF_QS(f) (DSK_MLA32_OFF_PS(f) + 8 * 16 * DSK_MLA_P_STRIDE * 4)
+/* qscale[32] fp32, then valid[2][SUB] int32 */
+#define DSK_MLA32_OFF_VALID(f) (DSK_MLA32_OFF_QS(f) + DSK_MLA32_HEADS * 4)
+#define DSK_MLA32_SMEM_BYTES(f) (DSK_MLA32_OFF_VALID(f) + 2 * DSK_MLA_SUB * 4)
+/* the Q staging (32 rows) must fit in KVH + PS, which it aliases */
+#define DSK_MLA32_QST_FITS(f) \
+  (DSK_MLA32_HEADS * DSK_MLA32_QST_STRIDE(f) <= DSK_MLA32_OFF_QS(f) - DSK_MLA32_OFF_KVH(f))
 
 #endif

@@ -1,0 +1,444 @@
+/* sparse_mla_k16.cuh - the 16-head decode kernel (tactic heads per CTA
+ * 16): 4 warps, one m16 tile of heads, e4m3 converted in registers right
+ * before each MMA. Described in sparse_mla_decode.cu's header comment.
+ * Included inside the launcher's anonymous namespace. */
+constexpr int kHeads = DSK_MLA_HEADS;
+constexpr int kThreads = DSK_MLA_THREADS;
+
+template <int F>
+__global__ void __launch_bounds__(kThreads) sparse_mla_kernel(const Params p) {
+  using C = Fmt<F>;
+  extern __shared__ __align__(16) uint8_t smem[];
+  uint8_t *kv = smem + DSK_MLA_OFF_KV;
+  __half *qn = reinterpret_cast<__half *>(smem + DSK_MLA_OFF_QN(F));
+  uint16_t *qr = reinterpret_cast<uint16_t *>(smem + DSK_MLA_OFF_QR(F));
+  float *P = reinterpret_cast<float *>(smem + DSK_MLA_OFF_P(F));
+  float *qscale = reinterpret_cast<float *>(smem + DSK_MLA_OFF_RED(F));
+  int32_t *valid = reinterpret_cast<int32_t *>(smem + DSK_MLA_OFF_VALID(F));
+
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, q4 = lane & 3;
+  const int hg = (int)(blockIdx.x % (unsigned)p.nhg);
+  const int64_t t = blockIdx.x / (unsigned)p.nhg;
+  const int split = blockIdx.y;
+  const int h0 = hg * kHeads;
+  const bool counting = p.counters && hg == 0;
+  /* Let the combine kernel (launched with programmatic stream serialization)
+   * start its launch now; it waits in griddepcontrol.wait until this grid
+   * has completed and its writes are visible. */
+  asm volatile("griddepcontrol.launch_dependents;\n" ::);
+
+  /* Valid prefix per segment and this split's active stages. */
+  int64_t L0 = seg_len(p.seg[0], t), L1 = p.nseg > 1 ? seg_len(p.seg[1], t) : 0;
+  if (counting && split == 0 && tid == 0) {
+    unsigned long long clamped = 0;
+    for (int s = 0; s < p.nseg; s++)
+      if (p.seg[s].lens) {
+        int64_t l = p.seg[s].lens[t];
+        clamped += (l < 0 || l > p.seg[s].width);
+      }
+    if (clamped) atomicAdd(&p.counters[1], clamped);
+  }
+  const int c0 = split * p.cpb, c1 = min(c0 + p.cpb, p.nch);
+  /* segment 0: stages [b0, e0), segment 1: stages [b1, e1) (stage = 32 candidates) */
+  const int64_t b0 = 2 * (int64_t)c0, e0 = min((int64_t)2 * min(c1, p.nch0), (L0 + kSub - 1) / kSub);
+  const int64_t b1 = 2 * (int64_t)max(c0 - p.nch0, 0), e1 = min((int64_t)2 * max(c1 - p.nch0, 0), (L1 + kSub - 1) / kSub);
+  const int n0 = (int)max(e0 - b0, (int64_t)0), n1 = (int)max(e1 - b1, (int64_t)0), n = n0 + n1;
+
+  /* ---- Q: 16 heads -> f16 nope (pre-scaled by 2^-shift) + bf16 rope.
+   * All loads of the warp's 4 rows are issued before any is used. */
+  auto load_q = [&]() {
+    uint4 qv[4][2], rv[4];
+#pragma unroll
+    for (int r = 0; r < 4; r++) {
+      const int h = h0 + warp * 4 + r;
+      const bool live = h < p.H;
+      const uint16_t *qrow = p.q + t * p.q_st + (int64_t)(live ? h : 0) * p.q_sh;
+#pragma unroll
+      for (int k = 0; k < 2; k++) {
+        const int d = lane * 8 + 256 * k;
+        qv[r][k] = (live && d < C::NOPE) ? *reinterpret_cast<const uint4 *>(qrow + d) : make_uint4(0, 0, 0, 0);
+      }
+      rv[r] = (live && lane < 8) ? *reinterpret_cast<const uint4 *>(qrow + C::NOPE + lane * 8) : make_uint4(0, 0, 0, 0);
+    }
+#pragma unroll
+    for (int r = 0; r < 4; r++) {
+      const int row = warp * 4 + r;
+      float mx = 0.f;
+#pragma unroll
+      for (int k = 0; k < 2; k++) {
+        const uint32_t w[4] = {qv[r][k].x, qv[r][k].y, qv[r][k].z, qv[r][k].w};
+#pragma unroll
+        for (int e = 0; e < 4; e++)
+          mx = fmaxf(mx, fmaxf(fabsf(bf16_bits_to_f32(w[e] & 0xffff)), fabsf(bf16_bits_to_f32(w[e] >> 16))));
+      }
+      mx = warp_max(mx);
+      const int ex = (int)((__float_as_uint(mx) >> 23) & 0xff) - 127;
+      int shift = ex - 14 > 0 ? ex - 14 : 0;
+      if (shift > 125) shift = 125;
+      const float inv = __uint_as_float((uint32_t)(127 - shift) << 23);
+      if (lane == 0) qscale[row] = __uint_as_float((uint32_t)(127 + shift) << 23);
+#pragma unroll
+      for (int k = 0; k < 2; k++) {
+        const int d = lane * 8 + 256 * k;
+        if (d >= C::NOPE) continue;
+        const uint32_t w[4] = {qv[r][k].x, qv[r][k].y, qv[r][k].z, qv[r][k].w};
+        uint32_t o[4];
+#pragma unroll
+        for (int e = 0; e < 4; e++)
+          o[e] = pack_f16(bf16_bits_to_f32(w[e] & 0xffff) * inv, bf16_bits_to_f32(w[e] >> 16) * inv);
+        *reinterpret_cast<uint4 *>(qn + row * DSK_MLA_QN_STRIDE(F) + d) = make_uint4(o[0], o[1], o[2], o[3]);
+      }
+      if (lane < 8) *reinterpret_cast<uint4 *>(qr + row * DSK_MLA_QR_STRIDE + lane * 8) = rv[r];
+    }
+  };
+
+  /* ---- stage issue: thread (c = tid/4, part = tid%4) copies record c */
+  /* Slot id of this thread's candidate (c = tid/4) in stage i, or -1 past
+   * the valid prefix. Loaded two stages ahead so that no stage waits on it. */
+  auto load_slot = [&](int i) -> int32_t {
+    if (i >= n) return -1;
+    const bool s1 = i >= n0;
+    const int64_t k = (s1 ? b1 + (i - n0) : b0 + i) * kSub + (tid >> 2);
+    if (k >= (s1 ? L1 : L0)) return -1;
+    const int32_t *slots = s1 ? p.seg[1].slots : p.seg[0].slots;
+    const int64_t sst = s1 ? p.seg[1].slots_st : p.seg[0].slots_st;
+    return __ldg(slots + t * sst + k);
+  };
+  auto issue = [&](int i, int32_t slot) {
+    const int st = i % DSK_MLA_STAGES;
+    const bool s1 = i >= n0; /* fields picked by value: no dynamic indexing of the parameters */
+    const int64_t k0 = (s1 ? b1 + (i - n0) : b0 + i) * kSub;
+    const int64_t L = s1 ? L1 : L0;
+    const uint8_t *sbase = s1 ? p.seg[1].base : p.seg[0].base;
+    const int64_t pbs = s1 ? p.seg[1].pbs : p.seg[0].pbs;
+    const int c = tid >> 2, part = tid & 3;
+    const int64_t k = k0 + c;
+    bool ok = false;
+    const uint8_t *src = sbase, *foot = sbase;
+    if (k < L) {
+      const int64_t cap = s1 ? p.seg[1].cap : p.seg[0].cap;
+      ok = slot >= 0 && (int64_t)slot < cap;
+      if (!ok && slot >= 0 && counting && part == 0) atomicAdd(&p.counters[0], 1ull);
+      if (ok) {
+        const int64_t pst = s1 ? p.seg[1].page_stride : p.seg[0].page_stride;
+        const uint32_t pb32 = s1 ? p.seg[1].pbs32 : p.seg[0].pbs32, pgu = (uint32_t)slot / pb32;
+        const int64_t pg = pgu, j = (int64_t)((uint32_t)slot - pgu * pb32);
+        const uint8_t *page = sbase + pg * pst;
+        if (F == 1) {
+          src = page + 656 * j;
+        } else {
+          src = page + 576 * j;
+          foot = page + 576 * pbs + 8 * j;
+        }
+      }
+    }
+    uint8_t *dst = kv + (st * kSub + c) * C::SREC;
+    for (int pc = part; pc < C::PIECES; pc += 4) cp_async16(dst + pc * 16, src + pc * 16, ok);
+    if (F == 2 && part == 0) cp_async8(dst + 576, foot, ok);
+    if (part == 0) valid[st * kSub + c] = ok;
+  };
+
+  /* ---- running state */
+  float m2[2] = {kNegInf, kNegInf}; /* rows g, g+8; log2 domain; identical in every warp */
+  float lsum[2] = {0.f, 0.f};       /* this thread's columns only */
+  float acc[2][8][4];
+  float R[2] = {0.f, 0.f};
+#pragma unroll
+  for (int hh = 0; hh < 2; hh++)
+#pragma unroll
+    for (int j = 0; j < 8; j++)
+#pragma unroll
+      for (int i = 0; i < 4; i++) acc[hh][j][i] = 0.f;
+
+  /* prologue: stages 0 .. STAGES-2 in flight, the next slot id loading */
+#pragma unroll
+  for (int j = 0; j < DSK_MLA_STAGES - 1; j++) {
+    if (j < n) issue(j, load_slot(j));
+    cp_async_commit();
+  }
+  int32_t next_slot = load_slot(DSK_MLA_STAGES - 1);
+  load_q();
+  __syncthreads(); /* Q staged */
+
+  const float qs0 = qscale[g], qs1 = qscale[g + 8];
+  /* QK work of this warp: A: tile `warp` + rope k-step `warp`;
+   * B: tiles 2w, 2w+1 (warp 3: tile 6 + all four rope k-steps). */
+  constexpr int TPW = F == 1 ? 1 : 2;
+
+  for (int i = 0; i < n; i++) {
+    const int st = i % DSK_MLA_STAGES;
+    if (i + DSK_MLA_STAGES - 1 < n) issue(i + DSK_MLA_STAGES - 1, next_slot);
+    next_slot = load_slot(i + DSK_MLA_STAGES);
+    cp_async_commit();
+    cp_async_wait<DSK_MLA_STAGES - 1>();
+    __syncthreads();
+    const uint8_t *kb = kv + st * kSub * C::SREC;
+
+    /* ---- QK partials: this warp's dims for all 32 candidates (4 n-tiles) */
+    {
+      float part[4][4];
+#pragma unroll
+      for (int j = 0; j < 4; j++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) part[j][e] = 0.f;
+#pragma unroll
+      for (int tw = 0; tw < TPW; tw++) {
+        const int tile = F == 1 ? warp : 2 * warp + tw;
+        if (tile >= C::NT) break;
+        float ta[4][4];
+#pragma unroll
+        for (int j = 0; j < 4; j++)
+#pragma unroll
+          for (int e = 0; e < 4; e++) ta[j][e] = 0.f;
+#pragma unroll
+        for (int ks = 0; ks < C::TILE / 16; ks++) {
+          const int d0 = tile * C::TILE + ks * 16;
+          const uint2 qa = *reinterpret_cast<const uint2 *>(qn + g * DSK_MLA_QN_STRIDE(F) + d0 + 4 * q4);
+          const uint2 qb = *reinterpret_cast<const uint2 *>(qn + (g + 8) * DSK_MLA_QN_STRIDE(F) + d0 + 4 * q4);
+          const uint32_t a[4] = {qa.x, qb.x, qa.y, qb.y};
+#pragma unroll
+          for (int j = 0; j < 4; j++) {
+            const uint32_t kw = *reinterpret_cast<const uint32_t *>(kb + (j * 8 + g) * C::SREC + d0 + 4 * q4);
+            uint32_t b0, b1;
+            e4m3x4_to_f16x2x2(kw, b0, b1);
+            mma_f16(ta[j], a, b0, b1);
+          }
+        }
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+          const uint8_t *r0 = kb + (j * 8 + 2 * q4) * C::SREC;
+          const float s0 = tile_scale<F>(r0, tile), s1 = tile_scale<F>(r0 + C::SREC, tile);
+          part[j][0] += ta[j][0] * s0;
+          part[j][1] += ta[j][1] * s1;
+          part[j][2] += ta[j][2] * s0;
+          part[j][3] += ta[j][3] * s1;
+        }
+      }
+      float ra[4][4];
+#pragma unroll
+      for (int j = 0; j < 4; j++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) ra[j][e] = 0.f;
+      const int rk0 = F == 1 ? warp : 0, rk1 = F == 1 ? warp + 1 : (warp == 3 ? 4 : 0);
+#pragma unroll 1
+      for (int ks = rk0; ks < rk1; ks++) {
+        const int d0 = ks * 16 + 2 * q4;
+        const uint32_t a[4] = {*reinterpret_cast<const uint32_t *>(qr + g * DSK_MLA_QR_STRIDE + d0),
+                               *reinterpret_cast<const uint32_t *>(qr + (g + 8) * DSK_MLA_QR_STRIDE + d0),
+                               *reinterpret_cast<const uint32_t *>(qr + g * DSK_MLA_QR_STRIDE + d0 + 8),
+                               *reinterpret_cast<const uint32_t *>(qr + (g + 8) * DSK_MLA_QR_STRIDE + d0 + 8)};
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+          const uint16_t *rope = reinterpret_cast<const uint16_t *>(kb + (j * 8 + g) * C::SREC + C::ROPE);
+          mma_bf16(ra[j], a, *reinterpret_cast<const uint32_t *>(rope + d0),
+                   *reinterpret_cast<const uint32_t *>(rope + d0 + 8));
+        }
+      }
+      /* partial score of this warp: S_w[row][cand], stored for every warp to read */
+      float *Sw = P + warp * kHeads * DSK_MLA_P_STRIDE;
+#pragma unroll
+      for (int j = 0; j < 4; j++) {
+        const int cc = j * 8 + 2 * q4;
+        *reinterpret_cast<float2 *>(Sw + g * DSK_MLA_P_STRIDE + cc) =
+            make_float2(part[j][0] * qs0 + ra[j][0], part[j][1] * qs0 + ra[j][1]);
+        *reinterpret_cast<float2 *>(Sw + (g + 8) * DSK_MLA_P_STRIDE + cc) =
+            make_float2(part[j][2] * qs1 + ra[j][2], part[j][3] * qs1 + ra[j][3]);
+      }
+    }
+    __syncthreads();
+
+    /* ---- softmax, computed by every warp for the 16 (row, candidate)
+     * pairs each thread needs as its PV A fragments: rows g, g+8 and
+     * candidates 16*ks + 8*hi + 2*q4 + {0,1}. Same inputs, same operations:
+     * every warp holds identical values. */
+    float pv[2][2][2][2]; /* [ks][hi][row][pair] */
+    {
+      float sc[2][2][2][2];
+      float mx0 = kNegInf, mx1 = kNegInf;
+#pragma unroll
+      for (int ks = 0; ks < 2; ks++)
+#pragma unroll
+        for (int hi = 0; hi < 2; hi++) {
+          const int cc = ks * 16 + hi * 8 + 2 * q4;
+          float2 s0 = make_float2(0.f, 0.f), s1 = make_float2(0.f, 0.f);
+#pragma unroll
+          for (int w = 0; w < DSK_MLA_WARPS; w++) {
+            const float *Sw = P + w * kHeads * DSK_MLA_P_STRIDE;
+            const float2 x0 = *reinterpret_cast<const float2 *>(Sw + g * DSK_MLA_P_STRIDE + cc);
+            const float2 x1 = *reinterpret_cast<const float2 *>(Sw + (g + 8) * DSK_MLA_P_STRIDE + cc);
+            s0.x += x0.x;
+            s0.y += x0.y;
+            s1.x += x1.x;
+            s1.y += x1.y;
+          }
+          const bool v0 = valid[st * kSub + cc] != 0, v1 = valid[st * kSub + cc + 1] != 0;
+          sc[ks][hi][0][0] = v0 ? s0.x * p.scale_log2 : kNegInf;
+          sc[ks][hi][0][1] = v1 ? s0.y * p.scale_log2 : kNegInf;
+          sc[ks][hi][1][0] = v0 ? s1.x * p.scale_log2 : kNegInf;
+          sc[ks][hi][1][1] = v1 ? s1.y * p.scale_log2 : kNegInf;
+          mx0 = fmaxf(mx0, fmaxf(sc[ks][hi][0][0], sc[ks][hi][0][1]));
+          mx1 = fmaxf(mx1, fmaxf(sc[ks][hi][1][0], sc[ks][hi][1][1]));
+        }
+#pragma unroll
+      for (int o = 1; o <= 2; o <<= 1) {
+        mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, o));
+        mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, o));
+      }
+      const float mn[2] = {fmaxf(m2[0], mx0), fmaxf(m2[1], mx1)};
+      float al[2];
+#pragma unroll
+      for (int r = 0; r < 2; r++) {
+        al[r] = mn[r] == kNegInf ? 1.f : fast_exp2(m2[r] - mn[r]);
+        m2[r] = mn[r];
+        lsum[r] *= al[r];
+      }
+#pragma unroll
+      for (int ks = 0; ks < 2; ks++)
+#pragma unroll
+        for (int hi = 0; hi < 2; hi++)
+#pragma unroll
+          for (int r = 0; r < 2; r++)
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+              const float x = sc[ks][hi][r][e];
+              const float pr = x == kNegInf ? 0.f : fast_exp2(x - mn[r]);
+              pv[ks][hi][r][e] = pr;
+              lsum[r] += pr;
+            }
+      /* rescale the output accumulators by the max change (R is applied
+       * below); skipped when no row max of the warp moved */
+      if (!__all_sync(0xffffffffu, al[0] == 1.f && al[1] == 1.f))
+#pragma unroll
+      for (int hh = 0; hh < 2; hh++)
+#pragma unroll
+        for (int j = 0; j < 8; j++) {
+          acc[hh][j][0] *= al[0];
+          acc[hh][j][1] *= al[0];
+          acc[hh][j][2] *= al[1];
+          acc[hh][j][3] *= al[1];
+        }
+    }
+
+    /* ---- PV: this warp's two 64-dim halves */
+#pragma unroll
+    for (int hh = 0; hh < 2; hh++) {
+      const int db = warp * 128 + hh * 64; /* first output dim of the half */
+      const bool rope_half = F == 2 && db >= 448;
+      const int tile = F == 1 ? warp : (db / 64);
+      float inv = 1.f;
+      if (!rope_half) {
+        const float s_lane = tile_scale<F>(kb + lane * C::SREC, tile); /* candidate `lane` */
+        const float rnew = fmaxf(R[hh], warp_max(s_lane));
+        const float keep = rnew > 0.f ? R[hh] / rnew : 0.f;
+        inv = rnew > 0.f ? 1.f / rnew : 0.f;
+        R[hh] = rnew;
+        if (keep != 1.f) {
+#pragma unroll
+          for (int j = 0; j < 8; j++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) acc[hh][j][e] *= keep;
+        }
+      }
+#pragma unroll
+      for (int ks = 0; ks < 2; ks++) {
+        const int ca = ks * 16 + 2 * q4; /* candidates ca, ca+1 (b0) and ca+8, ca+9 (b1) */
+        const uint8_t *r0 = kb + ca * C::SREC, *r1 = r0 + C::SREC, *r2 = r0 + 8 * C::SREC, *r3 = r2 + C::SREC;
+        if (rope_half) {
+          const uint32_t a[4] = {pack_bf16(pv[ks][0][0][0], pv[ks][0][0][1]), pack_bf16(pv[ks][0][1][0], pv[ks][0][1][1]),
+                                 pack_bf16(pv[ks][1][0][0], pv[ks][1][0][1]), pack_bf16(pv[ks][1][1][0], pv[ks][1][1][1])};
+          const int off = C::ROPE + 2 * (db - 448 + 8 * g);
+          const uint4 v0 = *reinterpret_cast<const uint4 *>(r0 + off), v1 = *reinterpret_cast<const uint4 *>(r1 + off);
+          const uint4 v2 = *reinterpret_cast<const uint4 *>(r2 + off), v3 = *reinterpret_cast<const uint4 *>(r3 + off);
+          const uint32_t w0[4] = {v0.x, v0.y, v0.z, v0.w}, w1[4] = {v1.x, v1.y, v1.z, v1.w};
+          const uint32_t w2[4] = {v2.x, v2.y, v2.z, v2.w}, w3[4] = {v3.x, v3.y, v3.z, v3.w};
+#pragma unroll
+          for (int j = 0; j < 8; j++) {
+            const uint32_t sel = (j & 1) ? 0x7632u : 0x5410u; /* high or low bf16 of each word */
+            const uint32_t b0 = __byte_perm(w0[j >> 1], w1[j >> 1], sel);
+            const uint32_t b1 = __byte_perm(w2[j >> 1], w3[j >> 1], sel);
+            mma_bf16(acc[hh][j], a, b0, b1);
+          }
+        } else {
+          const float s0 = tile_scale<F>(r0, tile) * inv, s1 = tile_scale<F>(r1, tile) * inv;
+          const float s2 = tile_scale<F>(r2, tile) * inv, s3 = tile_scale<F>(r3, tile) * inv;
+          const uint32_t a[4] = {pack_f16(pv[ks][0][0][0] * s0, pv[ks][0][0][1] * s1),
+                                 pack_f16(pv[ks][0][1][0] * s0, pv[ks][0][1][1] * s1),
+                                 pack_f16(pv[ks][1][0][0] * s2, pv[ks][1][0][1] * s3),
+                                 pack_f16(pv[ks][1][1][0] * s2, pv[ks][1][1][1] * s3)};
+          const int off = db + 8 * g;
+          const uint2 v0 = *reinterpret_cast<const uint2 *>(r0 + off), v1 = *reinterpret_cast<const uint2 *>(r1 + off);
+          const uint2 v2 = *reinterpret_cast<const uint2 *>(r2 + off), v3 = *reinterpret_cast<const uint2 *>(r3 + off);
+#pragma unroll
+          for (int j = 0; j < 8; j++) {
+            const uint32_t x0 = j < 4 ? v0.x : v0.y, x1 = j < 4 ? v1.x : v1.y;
+            const uint32_t x2 = j < 4 ? v2.x : v2.y, x3 = j < 4 ? v3.x : v3.y;
+            const uint32_t sel = (uint32_t)(j & 3) | ((uint32_t)((j & 3) + 4) << 4);
+            mma_f16(acc[hh][j], a, e4m3x2_to_f16x2(__byte_perm(x0, x1, sel)),
+                    e4m3x2_to_f16x2(__byte_perm(x2, x3, sel)));
+          }
+        }
+      }
+    }
+    __syncthreads(); /* the stage buffer and the partial scores are reused */
+  }
+  cp_async_wait<0>();
+
+  /* ---- finish: row sums over the 4 lanes of a row (every warp holds the
+   * same softmax state), then output or partials */
+  float l[2] = {lsum[0], lsum[1]};
+#pragma unroll
+  for (int o = 1; o <= 2; o <<= 1) {
+    l[0] += __shfl_xor_sync(0xffffffffu, l[0], o);
+    l[1] += __shfl_xor_sync(0xffffffffu, l[1], o);
+  }
+#pragma unroll
+  for (int rr = 0; rr < 2; rr++) {
+    const int h = h0 + g + 8 * rr;
+    if (h >= p.H) continue;
+    const bool empty = !(l[rr] > 0.f);
+    const float lse = empty ? kNegInf : (m2[rr] + log2f(l[rr])) * 0.69314718055994531f;
+    if (p.splits == 1) {
+      float fac = 0.f;
+      if (!empty) {
+        fac = 1.f / l[rr];
+        if (p.sink) fac *= 1.f / (1.f + expf(p.sink[h] - lse)); /* sigmoid(lse - sink) */
+      }
+      uint16_t *orow = p.out + t * p.out_st + (int64_t)h * p.out_sh;
+#pragma unroll
+      for (int hh = 0; hh < 2; hh++) {
+        const float f = fac * (F == 2 && warp == 3 && hh == 1 ? 1.f : R[hh]);
+#pragma unroll
+        for (int c = 0; c < 2; c++) {
+          uint32_t w[4];
+#pragma unroll
+          for (int j = 0; j < 8; j += 2) {
+            const float x0 = empty ? 0.f : acc[hh][j][2 * rr + c] * f;
+            const float x1 = empty ? 0.f : acc[hh][j + 1][2 * rr + c] * f;
+            w[j / 2] = (uint32_t)f32_to_bf16_rne(x0) | ((uint32_t)f32_to_bf16_rne(x1) << 16);
+          }
+          const int dim = warp * 128 + hh * 64 + 8 * (2 * q4 + c);
+          *reinterpret_cast<uint4 *>(orow + dim) = make_uint4(w[0], w[1], w[2], w[3]);
+        }
+      }
+      if (p.lse && q4 == 0 && warp == 0) p.lse[t * p.lse_st + (int64_t)h * p.lse_sh] = lse;
+    } else {
+      const int64_t part = (t * p.H + h) * p.splits + split;
+      float *po = p.part_o + part * 512;
+      const float inv_l = empty ? 0.f : 1.f / l[rr];
+#pragma unroll
+      for (int hh = 0; hh < 2; hh++) {
+        const float f = inv_l * (F == 2 && warp == 3 && hh == 1 ? 1.f : R[hh]);
+#pragma unroll
+        for (int c = 0; c < 2; c++) {
+          float x[8];
+#pragma unroll
+          for (int j = 0; j < 8; j++) x[j] = empty ? 0.f : acc[hh][j][2 * rr + c] * f;
+          const int dim = warp * 128 + hh * 64 + 8 * (2 * q4 + c);
+          *reinterpret_cast<float4 *>(po + dim) = make_float4(x[0], x[1], x[2], x[3]);
+          *reinterpret_cast<float4 *>(po + dim + 4) = make_float4(x[4], x[5], x[6], x[7]);
+        }
+      }
+      if (q4 == 0 && warp == 0) p.part_lse[part] = lse;
+    }
+  }
+}
