@@ -10,7 +10,12 @@
  *  - location rules (A13), export / import (A19), force merge, A5
  *    re-validation, misses and their once-per-key warnings, REQUIRE_HIT,
  *    DSK_AUTOTUNE=0, run calls never tune (A10), mHC prenorm/pre agreement,
- *    a forced unavailable backend.
+ *    a forced unavailable backend;
+ *  - MoE GEMM keys (moe_gemm, dense_fp8_gemm): strings, parsing, tactic
+ *    sets, A5, lookups by rows from dsk_moe_gemm, misses, export / import;
+ *  - A10: a warmup while the stream captures a CUDA graph times and runs
+ *    nothing (the internal flag, and a table whose stream_capturing slot
+ *    answers 1); a backend without the MoE slots yields no MoE keys.
  * Contexts run on the CPU with tiny shapes; every cache lives in a fresh
  * folder under /tmp. */
 #include <errno.h>
@@ -1067,6 +1072,372 @@ static void test_mhc_tuned_consistency(void) {
   dsk_ctx_destroy(c);
 }
 
+/* ------------------------------------------------------------ MoE keys */
+/* A grouped-GEMM descriptor for plan calls: every pointer is one aligned
+ * dummy buffer (plans validate pointers, never read them). */
+static _Alignas(64) unsigned char g_dummy[256];
+static dsk_moe_gemm_desc gemm_desc(int64_t N, int64_t K, int64_t E, int64_t A, int64_t msum, int64_t expected_m) {
+  dsk_moe_gemm_desc g;
+  memset(&g, 0, sizeof g);
+  g.struct_size = sizeof g;
+  g.M_sum = msum;
+  g.N = N;
+  g.K = K;
+  g.E_local = E;
+  g.A_used = A;
+  g.expected_m = expected_m;
+  g.A = g_dummy;
+  g.A_stride = K;
+  g.sfa.words = (const int32_t *)g_dummy;
+  g.sfa.groups = 1;
+  g.sfa.mn = msum;
+  g.sfa.sf_k = K / 128;
+  g.m_indices = (const int32_t *)g_dummy;
+  g.b_fmt = DSK_MOE_W_MXFP4;
+  g.B = g_dummy;
+  g.sfb.words = (const int32_t *)g_dummy;
+  g.sfb.groups = E;
+  g.sfb.mn = N;
+  g.sfb.sf_k = K / 32;
+  g.D = (dsk_bf16 *)g_dummy;
+  g.D_stride = N;
+  return g;
+}
+
+static dsk_dense_gemm_desc dense_desc(int64_t M, int64_t N, int64_t K) {
+  dsk_dense_gemm_desc g;
+  memset(&g, 0, sizeof g);
+  g.struct_size = sizeof g;
+  g.M = M;
+  g.N = N;
+  g.K = K;
+  g.A = g_dummy;
+  g.A_stride = K;
+  g.sfa.words = (const int32_t *)g_dummy;
+  g.sfa.groups = 1;
+  g.sfa.mn = M;
+  g.sfa.sf_k = K / 128;
+  g.B = g_dummy;
+  g.sfb.words = (const int32_t *)g_dummy;
+  g.sfb.groups = 1;
+  g.sfb.mn = N;
+  g.sfb.sf_k = K / 128;
+  g.D = (dsk_bf16 *)g_dummy;
+  g.D_stride = N;
+  return g;
+}
+
+static dsk__tune_shape moe_shape(int64_t N, int64_t K, int64_t E, int64_t A, int64_t topk, int64_t T) {
+  dsk__tune_shape s;
+  memset(&s, 0, sizeof s);
+  s.op = DSK_OP_MOE_GEMM;
+  s.wfmt = DSK_MOE_W_MXFP4;
+  s.N = N;
+  s.K = K;
+  s.E = E;
+  s.A = A;
+  s.topk = topk;
+  s.T = T;
+  return s;
+}
+
+static void put_entry(dsk_ctx *c, const dsk__tune_shape *s, int32_t bm, int32_t bn, int32_t sp) {
+  char key[DSK__TUNE_KEY_MAX];
+  TU_CHECK(&counts, dsk__tune_key(s, 1, key, sizeof key) > 0, "key of op %d", s->op);
+  dsk__tune_entry e;
+  memset(&e, 0, sizeof e);
+  e.key = key;
+  e.t.op = s->op;
+  e.t.version = dsk__tune_tactic_version(s->op);
+  e.t.v[0] = bm;
+  e.t.v[1] = bn;
+  e.t.v[2] = sp;
+  e.us = e.us2 = e.uh = 1;
+  e.dirty = 1;
+  TU_CHECK_OK(&counts, dsk__tuner_put(dsk__tuner_get(c), &e));
+}
+
+static void test_moe_keys(void) {
+  setenv("DSK_AUTOTUNE_CACHE", "off", 1);
+  dsk_ctx *c = ctx_in(NULL);
+  unsetenv("DSK_AUTOTUNE_CACHE");
+  if (!c) return;
+  const char *kb = dsk_kernel_build_id(DSK_OP_MOE_GEMM), *kd = dsk_kernel_build_id(DSK_OP_MOE_DENSE_GEMM);
+  TU_CHECK(&counts, kb && strlen(kb) == 16 && kd && strlen(kd) == 16, "kernel build ids of the MoE GEMMs");
+  /* Key strings (A15): topk and T after the base key; round trip. */
+  dsk__tune_shape s = moe_shape(2048, 4096, 256, 64, 6, 24), p;
+  char key[DSK__TUNE_KEY_MAX], want[DSK__TUNE_KEY_MAX], again[DSK__TUNE_KEY_MAX], k17[17];
+  TU_CHECK(&counts, dsk__tune_key(&s, 1, key, sizeof key) > 0, "moe key");
+  snprintf(want, sizeof want, "op=moe_gemm;kb=%s;fmt=mxfp4;N=2048;K=4096;E=256;A=64;topk=6;T=24;", kb);
+  TU_CHECK(&counts, strcmp(key, want) == 0, "moe key string %s", key);
+  TU_CHECK(&counts, dsk__tune_parse_key(key, &p, k17) == 0 && memcmp(&p, &s, sizeof s) == 0 &&
+                        dsk__tune_key(&p, 1, again, sizeof again) > 0 && strcmp(again, key) == 0,
+           "moe key round trip");
+  TU_CHECK(&counts, dsk__tune_key(&s, 0, again, sizeof again) > 0 && strstr(key, again) == key &&
+                        strcmp(again + strlen(again) - 5, "A=64;") == 0 && dsk__tune_rows(&s) == 144,
+           "moe base key stops before topk (%s); rows = T*topk", again);
+  dsk__tune_shape dn;
+  memset(&dn, 0, sizeof dn);
+  dn.op = DSK_OP_MOE_DENSE_GEMM;
+  dn.N = 2048;
+  dn.K = 4096;
+  dn.T = 8;
+  TU_CHECK(&counts, dsk__tune_key(&dn, 1, key, sizeof key) > 0, "dense key");
+  snprintf(want, sizeof want, "op=dense_fp8_gemm;kb=%s;N=2048;K=4096;T=8;", kd);
+  TU_CHECK(&counts, strcmp(key, want) == 0 && dsk__tune_parse_key(key, &p, k17) == 0 && memcmp(&p, &dn, sizeof dn) == 0,
+           "dense key string and round trip: %s", key);
+  const char *bad[] = {"op=moe_gemm;kb=0123456789abcdef;fmt=fp4;N=2048;K=4096;E=256;A=64;topk=6;T=24;",
+                       "op=moe_gemm;kb=0123456789abcdef;fmt=mxfp4;N=2000;K=4096;E=256;A=64;topk=6;T=24;",
+                       "op=moe_gemm;kb=0123456789abcdef;fmt=mxfp4;N=2048;K=4096;E=256;A=96;topk=6;T=24;",
+                       "op=moe_gemm;kb=0123456789abcdef;fmt=mxfp4;N=2048;K=4096;E=2000;A=64;topk=6;T=24;",
+                       "op=moe_gemm;kb=0123456789abcdef;fmt=mxfp4;N=2048;K=4096;E=256;A=64;topk=17;T=24;",
+                       "op=moe_gemm;kb=0123456789abcdef;fmt=mxfp4;N=2048;K=4096;E=256;A=64;T=24;",
+                       "op=dense_fp8_gemm;kb=0123456789abcdef;N=2048;K=4000;T=8;",
+                       "op=dense_fp8_gemm;kb=0123456789abcdef;N=2048;K=4096;T=0;"};
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+    TU_CHECK(&counts, dsk__tune_parse_key(bad[i], &p, k17) != 0, "malformed key accepted: '%s'", bad[i]);
+
+  /* Tactic sets (autotune.md §1), heuristic first, each valid (A5). */
+  dsk_tactic t[DSK__TUNE_MAX_TACTICS], h;
+  struct {
+    dsk__tune_shape s;
+    int want;
+  } sets[] = {{moe_shape(2048, 4096, 256, 64, 6, 1), 9},   /* BLOCK_M 64; split 1, 2, 4 */
+              {moe_shape(2048, 4096, 256, 128, 6, 4096), 18},
+              {moe_shape(512, 384, 8, 128, 2, 8), 6},      /* K 384: split 1 only */
+              {dn, 36}};
+  for (size_t i = 0; i < sizeof sets / sizeof sets[0]; i++) {
+    int n = dsk__tune_tactics(c, &sets[i].s, t, DSK__TUNE_MAX_TACTICS);
+    dsk__tune_heuristic(c, &sets[i].s, &h);
+    int ok = n == sets[i].want && memcmp(&t[0], &h, sizeof h) == 0;
+    for (int j = 0; ok && j < n; j++) {
+      dsk_tactic x = t[j];
+      ok = dsk__tune_tactic_fix(&sets[i].s, &x) && memcmp(&x, &t[j], sizeof x) == 0;
+      for (int k = 0; ok && k < j; k++) ok = memcmp(&t[k], &t[j], sizeof x) != 0;
+    }
+    TU_CHECK(&counts, ok, "GEMM tactic set %zu: %d tactics (want %d), heuristic first, valid, distinct", i, n,
+             sets[i].want);
+  }
+  dsk_tactic x = t[0];
+  dsk__tune_shape a64 = moe_shape(2048, 4096, 256, 64, 6, 8), k384 = moe_shape(512, 384, 8, 128, 2, 8);
+  dsk__tune_heuristic(c, &a64, &x);
+  TU_CHECK(&counts, x.op == DSK_OP_MOE_GEMM && x.v[0] == 64, "heuristic BLOCK_M 64 for A_used 64");
+  x.v[0] = 128;
+  TU_CHECK(&counts, !dsk__tune_tactic_fix(&a64, &x), "A5: BLOCK_M 128 does not divide A_used 64");
+  dsk__tune_heuristic(c, &k384, &x);
+  x.v[2] = 4;
+  TU_CHECK(&counts, !dsk__tune_tactic_fix(&k384, &x), "A5: split-K 4 does not fit K 384");
+
+  /* Lookups. dsk_moe_gemm knows expected_m = T*topk, not topk: its lookup
+   * matches the group on rows. Entries of FC1 (N 2048, K 4096, E 256, A
+   * 64, top-6) at T 8 and 16 (rows 48 and 96). */
+  dsk__tune_shape e8 = moe_shape(2048, 4096, 256, 64, 6, 8), e16 = moe_shape(2048, 4096, 256, 64, 6, 16);
+  put_entry(c, &e8, 64, 256, 4);
+  put_entry(c, &e16, 64, 64, 2);
+  dsk_plan_info pi;
+  memset(&pi, 0, sizeof pi);
+  pi.struct_size = sizeof pi;
+  struct {
+    int64_t em;
+    int32_t bn;
+  } lk[] = {{6 * 5, 256}, {48, 256}, {49, 64}, {6 * 16, 64}, {6 * 40, 64}};
+  for (size_t i = 0; i < sizeof lk / sizeof lk[0]; i++) {
+    dsk_moe_gemm_desc g = gemm_desc(2048, 4096, 256, 64, 384, lk[i].em);
+    TU_CHECK_OK(&counts, dsk_moe_gemm_plan(c, &g, &pi));
+    TU_CHECK(&counts, pi.tactic_source == DSK_TACTIC_TUNED && pi.tactic.v[1] == lk[i].bn,
+             "moe_gemm expected_m %lld: source %d BLOCK_N %d (want tuned %d)", (long long)lk[i].em, pi.tactic_source,
+             (int)pi.tactic.v[1], (int)lk[i].bn);
+  }
+  dsk_moe_gemm_desc g = gemm_desc(2048, 4096, 256, 128, 384, 30); /* A_used 128: another key */
+  TU_CHECK_OK(&counts, dsk_moe_gemm_plan(c, &g, &pi));
+  TU_CHECK(&counts, pi.tactic_source == DSK_TACTIC_HEURISTIC && pi.tactic.v[0] == 128, "A_used 128: heuristic");
+  TU_CHECK(&counts, stats_of(c).misses == 0 && stats_of(c).hits == 0, "plan calls count nothing");
+  /* A forced tactic never consults the tuner. */
+  g = gemm_desc(2048, 4096, 256, 64, 384, 30);
+  g.tactic.op = DSK_OP_MOE_GEMM;
+  g.tactic.version = DSK_MOE_GEMM_TACTIC_VERSION;
+  g.tactic.v[0] = 64;
+  g.tactic.v[1] = 128;
+  g.tactic.v[2] = 1;
+  TU_CHECK_OK(&counts, dsk_moe_gemm_plan(c, &g, &pi));
+  TU_CHECK(&counts, pi.tactic_source == DSK_TACTIC_FORCED && pi.tactic.v[1] == 128, "moe_gemm forced");
+  /* dsk_op_supported never counts. */
+  int sup = 0;
+  char why[256];
+  g = gemm_desc(2048, 4096, 256, 128, 384, 30);
+  dsk_op_supported(c, DSK_OP_MOE_GEMM, &g, &sup, why, sizeof why);
+  TU_CHECK(&counts, sup == 1 && stats_of(c).misses == 0, "dsk_op_supported: served, nothing counted");
+  /* Run-call counting through the tuner: hits; misses listed under the
+   * default buckets (topk known: T; a dsk_moe_gemm call: topk=1, T = rows). */
+  dsk_tactic hh, out;
+  int src = 0;
+  dsk__tune_shape q = moe_shape(2048, 4096, 256, 64, 6, 5);
+  dsk__tune_heuristic(c, &q, &hh);
+  TU_CHECK_OK(&counts, dsk__tune_resolve(c, &q, &hh, DSK__TUNE_RUN, &out, &src));
+  TU_CHECK(&counts, src == DSK_TACTIC_TUNED && out.v[1] == 256 && stats_of(c).hits == 1, "run lookup T 5 -> bucket 8");
+  q = moe_shape(2048, 4096, 256, 128, 6, 5);
+  dsk__tune_heuristic(c, &q, &hh);
+  TU_CHECK_OK(&counts, dsk__tune_resolve(c, &q, &hh, DSK__TUNE_RUN, &out, &src));
+  q.topk = 0;
+  q.T = 30; /* rows */
+  TU_CHECK_OK(&counts, dsk__tune_resolve(c, &q, &hh, DSK__TUNE_RUN, &out, &src));
+  miss_list ml;
+  memset(&ml, 0, sizeof ml);
+  TU_CHECK_OK(&counts, dsk_autotune_misses(c, on_miss, &ml));
+  TU_CHECK(&counts, ml.n == 2 && strstr(ml.key[0], ";A=128;topk=6;T=8;") && strstr(ml.key[1], ";A=128;topk=1;T=32;"),
+           "moe misses listed: %s | %s", ml.n > 0 ? ml.key[0] : "", ml.n > 1 ? ml.key[1] : "");
+  /* A5 at use: an entry whose BLOCK_M does not divide A_used counts invalid. */
+  dsk__tune_shape bad128 = moe_shape(1024, 4096, 256, 64, 6, 8);
+  put_entry(c, &bad128, 128, 128, 1);
+  q = moe_shape(1024, 4096, 256, 64, 6, 8);
+  dsk__tune_heuristic(c, &q, &hh);
+  TU_CHECK_OK(&counts, dsk__tune_resolve(c, &q, &hh, DSK__TUNE_RUN, &out, &src));
+  TU_CHECK(&counts, src == DSK_TACTIC_HEURISTIC && out.v[0] == 64 && stats_of(c).invalid == 1,
+           "A5: stored BLOCK_M 128 for A_used 64 -> heuristic, invalid");
+  /* Dense: T = M bucketed. */
+  dn.T = 4;
+  put_entry(c, &dn, 32, 64, 4);
+  for (int64_t M = 1; M <= 6; M += 5) {
+    dsk_dense_gemm_desc dg = dense_desc(M, 2048, 4096);
+    TU_CHECK_OK(&counts, dsk_dense_fp8_gemm_plan(c, &dg, &pi));
+    TU_CHECK(&counts, pi.tactic_source == DSK_TACTIC_TUNED && pi.tactic.v[0] == 32 && pi.tactic.v[2] == 4,
+             "dense M %lld: tuned", (long long)M);
+  }
+  /* Export / import keeps the MoE entries (the file validation knows them);
+   * the invalid one (BLOCK_M 128 for A 64) is dropped. */
+  size_t len = 0;
+  TU_CHECK_OK(&counts, dsk_autotune_export(c, NULL, &len));
+  char *buf = (char *)malloc(len);
+  TU_CHECK_OK(&counts, dsk_autotune_export(c, buf, &len));
+  setenv("DSK_AUTOTUNE_CACHE", "off", 1);
+  dsk_ctx *c2 = ctx_in(NULL);
+  unsetenv("DSK_AUTOTUNE_CACHE");
+  if (c2 && buf) {
+    TU_CHECK_OK(&counts, dsk_autotune_import(c2, buf, len - 1));
+    dsk_tune_stats s2 = stats_of(c2);
+    TU_CHECK(&counts, s2.loaded == 3 && s2.invalid == 1 && s2.entries == 3,
+             "import of MoE entries: %lld loaded, %lld invalid", (long long)s2.loaded, (long long)s2.invalid);
+    g = gemm_desc(2048, 4096, 256, 64, 384, 49);
+    TU_CHECK_OK(&counts, dsk_moe_gemm_plan(c2, &g, &pi));
+    TU_CHECK(&counts, pi.tactic_source == DSK_TACTIC_TUNED && pi.tactic.v[1] == 64, "imported moe entry used");
+  }
+  free(buf);
+  dsk_ctx_destroy(c2);
+  dsk_ctx_destroy(c);
+}
+
+/* ------------------------------------------------------- capture (A10) */
+typedef struct cap_prog {
+  int64_t calls, skipped_capture, tuned, other;
+} cap_prog;
+static void on_cap_progress(const dsk_warmup_progress *p, void *user) {
+  cap_prog *g = (cap_prog *)user;
+  g->calls++;
+  if (p->action == DSK_WARMUP_SKIPPED && p->reason && strstr(p->reason, "capturing a CUDA graph") &&
+      p->us_best < 0 && p->tactic.op == (int32_t)p->item->op)
+    g->skipped_capture++;
+  else if (p->action == DSK_WARMUP_TUNED)
+    g->tuned++;
+  else
+    g->other++;
+}
+static int fake_capturing(dsk_ctx *ctx, void *stream) {
+  (void)ctx;
+  (void)stream;
+  return 1;
+}
+
+static void test_capture(void) {
+  setenv("DSK_AUTOTUNE_CACHE", "off", 1);
+  setenv("DSK_AUTOTUNE_REQUIRE_HIT", "1", 1); /* a capture never makes warmup fail */
+  dsk_ctx *c = ctx_in(NULL);
+  unsetenv("DSK_AUTOTUNE_CACHE");
+  if (!c) return;
+  TU_CHECK(&counts, dsk__tune_stream_capturing(c) == 0, "cpu-ref: never capturing (no slot)");
+  dsk_model_desc m = tiny_model();
+  m.hidden_size = 128; /* MoE GEMM shapes too */
+  dsk_serving_desc sv;
+  dsk_serving_desc_init(&sv);
+  sv.max_tokens = 2;
+  sv.max_context = 4096;
+  dsk_warmup_list *l = NULL;
+  TU_CHECK_OK(&counts, dsk_warmup_enumerate(c, &m, &sv, &l));
+  const int64_t n = dsk_warmup_list_size(l);
+  int64_t nmoe = 0;
+  for (int64_t i = 0; i < n; i++) {
+    dsk_warmup_item it;
+    memset(&it, 0, sizeof it);
+    it.struct_size = sizeof it;
+    dsk_warmup_list_item(l, i, &it);
+    nmoe += it.op == DSK_OP_MOE_GEMM || it.op == DSK_OP_MOE_DENSE_GEMM;
+  }
+  TU_CHECK(&counts, n == 16 && nmoe == 8, "tiny list with MoE: %lld keys, %lld MoE", (long long)n, (long long)nmoe);
+  /* Capturing (the flag): nothing timed or run, every key a miss. */
+  cap_prog g;
+  memset(&g, 0, sizeof g);
+  g_warns = 0;
+  double t0 = tu_now_us();
+  TU_CHECK_OK(&counts, dsk__warmup_run(c, l, 0, on_cap_progress, &g, 1));
+  double dt = (tu_now_us() - t0) * 1e-6;
+  dsk_tune_stats s = stats_of(c);
+  TU_CHECK(&counts, g.calls == n && g.skipped_capture == n && s.tuned == 0 && s.entries == 0 && s.misses == n &&
+                        s.miss_keys == n && s.hits == 0,
+           "capture: %lld of %lld skipped, %lld tuned, %lld entries, %lld misses (%.3f s)", (long long)g.skipped_capture,
+           (long long)n, (long long)s.tuned, (long long)s.entries, (long long)s.misses, dt);
+  TU_CHECK(&counts, strstr(g_last, "capturing a CUDA graph") != NULL, "one warning names the capture: %s", g_last);
+  /* Not capturing: tuned; capturing again with FORCE keeps every entry
+   * (no miss, no timing). */
+  memset(&g, 0, sizeof g);
+  TU_CHECK_OK(&counts, dsk__warmup_run(c, l, DSK_WARMUP_NO_SAVE, on_cap_progress, &g, 0));
+  TU_CHECK(&counts, g.tuned == n && stats_of(c).entries == n, "warmup outside a capture tunes %lld", (long long)g.tuned);
+  size_t len1 = 0, len2 = 0;
+  dsk_autotune_export(c, NULL, &len1);
+  char *before = (char *)malloc(len1), *after = NULL;
+  dsk_autotune_export(c, before, &len1);
+  TU_CHECK_OK(&counts, dsk_autotune_reset_stats(c));
+  memset(&g, 0, sizeof g);
+  TU_CHECK_OK(&counts, dsk__warmup_run(c, l, DSK_WARMUP_FORCE | DSK_WARMUP_NO_SAVE, on_cap_progress, &g, 1));
+  s = stats_of(c);
+  dsk_autotune_export(c, NULL, &len2);
+  after = (char *)malloc(len2);
+  dsk_autotune_export(c, after, &len2);
+  /* the export carries "created"/"updated" times of the meta: compare the entries */
+  const char *eb = before ? strstr(before, "\"entries\"") : NULL, *ea = after ? strstr(after, "\"entries\"") : NULL;
+  TU_CHECK(&counts, g.skipped_capture == n && s.misses == 0 && s.tuned == n && eb && ea && strcmp(eb, ea) == 0,
+           "capture with FORCE: %lld skipped, %lld misses, entries unchanged", (long long)g.skipped_capture,
+           (long long)s.misses);
+  free(before);
+  free(after);
+  /* The backend slot: a table whose stream_capturing answers 1 stops the
+   * public dsk_warmup_run the same way. */
+  const dsk_backend *real = c->backend;
+  dsk_backend fake = *real;
+  fake.stream_capturing = fake_capturing;
+  c->backend = &fake;
+  TU_CHECK(&counts, dsk__tune_stream_capturing(c) == 1, "the slot is asked");
+  memset(&g, 0, sizeof g);
+  TU_CHECK_OK(&counts, dsk_warmup_run(c, l, DSK_WARMUP_FORCE | DSK_WARMUP_NO_SAVE, on_cap_progress, &g));
+  TU_CHECK(&counts, g.skipped_capture == n && stats_of(c).tuned == n, "slot answering 1: %lld skipped, nothing timed",
+           (long long)g.skipped_capture);
+  /* A backend that does not serve the MoE GEMMs yields no keys for them,
+   * and a list holding them is skipped, not failed. */
+  fake = *real;
+  fake.moe_gemm = NULL;
+  fake.dense_fp8_gemm = NULL;
+  dsk_warmup_list *l2 = NULL;
+  TU_CHECK_OK(&counts, dsk_warmup_enumerate(c, &m, &sv, &l2));
+  TU_CHECK(&counts, dsk_warmup_list_size(l2) == n - nmoe, "no MoE keys on a backend without them: %lld",
+           (long long)dsk_warmup_list_size(l2));
+  memset(&g, 0, sizeof g);
+  TU_CHECK_OK(&counts, dsk_warmup_run(c, l, DSK_WARMUP_NO_TUNE | DSK_WARMUP_NO_SAVE, on_cap_progress, &g));
+  TU_CHECK(&counts, g.calls == n && g.other == n, "a list with MoE keys on that backend: no failure");
+  c->backend = real;
+  dsk_warmup_list_free(l2);
+  dsk_warmup_list_free(l);
+  dsk_ctx_destroy(c);
+  unsetenv("DSK_AUTOTUNE_REQUIRE_HIT");
+}
+
 static void test_unavailable_backend(void) {
   dsk_ctx_opts o;
   dsk_ctx_opts_init(&o);
@@ -1116,6 +1487,8 @@ int main(void) {
   TIMED(test_export_import_force());
   TIMED(test_lookups());
   TIMED(test_mhc_tuned_consistency());
+  TIMED(test_moe_keys());
+  TIMED(test_capture());
   TIMED(test_unavailable_backend());
   dsk_log_set(NULL, NULL);
   rm_rf(home);

@@ -5,13 +5,17 @@
  *    field;
  *  - the key lists: counts for the spec's envelopes (DSv4-Flash TP2 1M /
  *    8192: 360 attention keys), SWA widths, draft tokens, determinism,
- *    errors;
+ *    errors; the MoE keys (moe_gemm FC1 / FC2 with every A_used reachable
+ *    in a token bucket, E_local = E or E/tp with expert parallelism;
+ *    dense_fp8_gemm for the shared expert and the dense MLP layers);
  *  - after dsk_warmup_run on a CPU context with a reduced envelope, a
  *    simulated serving loop of random shapes inside the envelope records
  *    zero misses with DSK_AUTOTUNE_REQUIRE_HIT=1: DeepSeek-V4-shaped (tiny
- *    config: SWA, C4A, C128A at two width buckets, mHC) and GLM-5.1 TP8
- *    (Format A); also on a second "rank" that imports the first one's
- *    export and warms up without tuning (A19), and one that loads the file;
+ *    config, hidden 128: SWA, C4A, C128A at two width buckets, mHC, MXFP4
+ *    MoE layers through dsk_moe_run and dsk_moe_gemm) and GLM-5.1 TP8
+ *    (Format A; FP8 MoE and dense MLP at reduced widths); also on a second
+ *    "rank" that imports the first one's export and warms up without tuning
+ *    (A19), and one that loads the file;
  *  - progress actions (tuned, cached, forced re-tune, skipped over budget). */
 #include <stdio.h>
 #include <stdlib.h>
@@ -128,8 +132,11 @@ static void test_models(void) {
 
 /* --------------------------------------------------------- enumeration */
 typedef struct list_info {
-  int64_t n, mla, mhc, dup;
+  int64_t n, mla, mhc, moe, dense, dup;
   int64_t maxT, minT, H;
+  int64_t moe_a128; /* moe_gemm keys with A=128 */
+  int64_t moe_E;    /* E of the moe_gemm keys (the last seen) */
+  int64_t straddle; /* token buckets with moe_gemm keys of both A 64 and 128 (FC1) */
 } list_info;
 
 static list_info inspect(const dsk_warmup_list *l) {
@@ -148,6 +155,22 @@ static list_info inspect(const dsk_warmup_list *l) {
       if (h) r.H = atoll(h + 3);
     } else if (it.op == DSK_OP_MHC_PRENORM) {
       r.mhc++;
+    } else if (it.op == DSK_OP_MOE_GEMM) {
+      r.moe++;
+      const char *a = strstr(it.key, ";A="), *e = strstr(it.key, ";E=");
+      if (a && atoll(a + 3) == 128) r.moe_a128++;
+      if (e) r.moe_E = atoll(e + 3);
+      if (a && atoll(a + 3) == 128 && strstr(it.label, "FC1")) {
+        /* the same bucket with A=64 just before it */
+        dsk_warmup_item pt;
+        memset(&pt, 0, sizeof pt);
+        pt.struct_size = sizeof pt;
+        if (i > 0 && dsk_warmup_list_item(l, i - 1, &pt) == DSK_STATUS_OK && pt.op == DSK_OP_MOE_GEMM &&
+            pt.T == it.T && strstr(pt.key, ";A=64;"))
+          r.straddle++;
+      }
+    } else if (it.op == DSK_OP_MOE_DENSE_GEMM) {
+      r.dense++;
     }
     if (it.T > r.maxT) r.maxT = it.T;
     if (it.T < r.minT) r.minT = it.T;
@@ -182,15 +205,30 @@ static void test_enumerate(dsk_ctx *c) {
   sv.max_tokens = 8192;
   sv.max_context = 1048576;
   list_info r = enum_builtin(c, "deepseek-v4-flash", &sv, NULL);
-  /* (SWA + C4A + 18 C128A widths) x 18 token buckets; mHC x 18 */
+  /* (SWA + C4A + 18 C128A widths) x 18 token buckets; mHC x 18. MoE
+   * (E_local 256, top-6): A_used 64 up to T 2730, 128 above, so bucket
+   * 4096 (T 2049..4096) has both: (18 + 1) x FC1 / FC2; the shared expert
+   * (2048, 4096) and (4096, 1024) x 18. */
   TU_CHECK(&counts, r.mla == 360 && r.mhc == 18 && r.dup == 0 && r.H == 32 && r.minT == 1 && r.maxT == 8192,
            "Flash TP2 1M/8192: %lld attention + %lld mHC keys (want 360 + 18), H %lld, dup %lld", (long long)r.mla,
            (long long)r.mhc, (long long)r.H, (long long)r.dup);
+  TU_CHECK(&counts, r.moe == 38 && r.moe_a128 == 4 && r.straddle == 1 && r.moe_E == 256 && r.dense == 36 &&
+                        r.n == 360 + 18 + 38 + 36,
+           "Flash TP2 1M/8192: %lld moe_gemm (want 38; %lld with A 128, %lld straddling buckets), %lld dense (want 36)",
+           (long long)r.moe, (long long)r.moe_a128, (long long)r.straddle, (long long)r.dense);
   sv.max_tokens = 256;
   sv.max_context = 131072;
   r = enum_builtin(c, "deepseek-v4-flash", &sv, NULL);
   TU_CHECK(&counts, r.mla == 130 && r.mhc == 13 && r.maxT == 256, "Flash TP2 131072/256: %lld + %lld (want 130 + 13)",
            (long long)r.mla, (long long)r.mhc);
+  TU_CHECK(&counts, r.moe == 26 && r.moe_a128 == 0 && r.dense == 26 && r.n == 195,
+           "Flash TP2 131072/256: %lld moe_gemm + %lld dense (want 26 + 26), %lld in all (want 195)", (long long)r.moe,
+           (long long)r.dense, (long long)r.n);
+  sv.ep = 1; /* expert parallel: E_local 128, whole experts (I 2048 not sharded) */
+  r = enum_builtin(c, "deepseek-v4-flash", &sv, NULL);
+  TU_CHECK(&counts, r.moe == 26 && r.moe_E == 128 && r.dense == 26, "Flash TP2 EP: %lld moe_gemm keys, E_local %lld",
+           (long long)r.moe, (long long)r.moe_E);
+  sv.ep = 0;
   const int64_t swa[] = {128, 192, 256};
   sv.swa_widths = swa;
   sv.num_swa_widths = 3;
@@ -207,7 +245,8 @@ static void test_enumerate(dsk_ctx *c) {
   sv.capture_sizes = cap;
   sv.num_capture_sizes = 4;
   r = enum_builtin(c, "deepseek-v4-flash", &sv, NULL);
-  TU_CHECK(&counts, r.mla == 60 && r.mhc == 6, "capture sizes {1,2,4,8} + 128, 256: %lld", (long long)r.mla);
+  TU_CHECK(&counts, r.mla == 60 && r.mhc == 6 && r.moe == 12 && r.dense == 12, "capture sizes {1,2,4,8} + 128, 256: %lld",
+           (long long)r.mla);
   dsk_serving_desc_init(&sv);
   sv.tp = 8;
   sv.max_tokens = 8192;
@@ -215,12 +254,19 @@ static void test_enumerate(dsk_ctx *c) {
   r = enum_builtin(c, "deepseek-v4-pro", &sv, NULL);
   TU_CHECK(&counts, r.mla == 360 && r.mhc == 18 && r.H == 16, "Pro TP8: %lld + %lld, H %lld", (long long)r.mla,
            (long long)r.mhc, (long long)r.H);
+  /* E_local 384, top-6: A_used 64 up to T 4096 (a bucket boundary) */
+  TU_CHECK(&counts, r.moe == 36 && r.moe_a128 == 2 && r.straddle == 0 && r.dense == 36, "Pro TP8: %lld moe_gemm, %lld dense",
+           (long long)r.moe, (long long)r.dense);
   dsk_serving_desc_init(&sv);
   r = enum_builtin(c, "glm-5.1", &sv, NULL);
   TU_CHECK(&counts, r.mla == 18 && r.mhc == 0 && r.H == 64, "GLM-5.1 TP1: %lld keys, no mHC", (long long)r.mla);
+  /* FP8 experts; shared expert and the dense MLP of layers 0-2: 4 x 18 */
+  TU_CHECK(&counts, r.moe == 36 && r.dense == 72, "GLM-5.1 TP1: %lld moe_gemm, %lld dense", (long long)r.moe,
+           (long long)r.dense);
   sv.tp = 4;
   r = enum_builtin(c, "deepseek-v3.2", &sv, NULL);
-  TU_CHECK(&counts, r.mla == 18 && r.H == 32, "DSv3.2 TP4: H %lld", (long long)r.H);
+  TU_CHECK(&counts, r.mla == 18 && r.H == 32 && r.moe == 36 && r.dense == 72, "DSv3.2 TP4: H %lld, %lld + %lld MoE",
+           (long long)r.H, (long long)r.moe, (long long)r.dense);
 
   /* Deterministic: two enumerations give the same list. */
   dsk_model_desc m = model_init();
@@ -306,7 +352,10 @@ typedef struct envelope {
   int64_t H, max_T, max_ctx;
   int64_t w_swa, topk, pbs, pbs4, pbs128;
   int has_swa, has_c4a, has_c128a, has_mhc;
-  int64_t D; /* mHC hidden size */
+  int64_t D; /* mHC hidden size; the hidden size of the MoE layers */
+  /* MoE (0 = none): experts, top-k, routed / shared / dense-MLP intermediate per rank */
+  int64_t E, moe_topk, Ir, Is, Id;
+  dsk_moe_wfmt wfmt;
 } envelope;
 
 /* One decode step of the envelope on random data: returns the status. */
@@ -420,14 +469,198 @@ static dsk_status mhc_step(dsk_ctx *c, const envelope *e, tu_rng *r) {
   return st;
 }
 
-/* Runs `steps` random steps; every one must find a tuned entry. */
+static void *zalloc(void **mem, int *nm, int64_t bytes) {
+  void *p = calloc(1, (size_t)(bytes > 0 ? bytes : 1));
+  mem[(*nm)++] = p;
+  return p;
+}
+
+/* Plan (the source must be TUNED) then run. */
+#define PLAN_TUNED(plan_call)                                                 \
+  do {                                                                        \
+    memset(&pi, 0, sizeof pi);                                                \
+    pi.struct_size = sizeof pi;                                               \
+    st = (plan_call);                                                         \
+    if (st == DSK_STATUS_OK && pi.tactic_source != DSK_TACTIC_TUNED) st = DSK_STATUS_TUNE_MISS; \
+  } while (0)
+
+/* One MoE layer through dsk_moe_run (random ids, zero weights): the FC1 and
+ * FC2 lookups, and the shared expert's two dense ones. */
+static dsk_status moe_step(dsk_ctx *c, const envelope *e, tu_rng *r, int *lookups) {
+  const int64_t T = tu_int(r, 1, e->max_T), H = e->D, K = e->moe_topk;
+  void *mem[16];
+  int nm = 0;
+  dsk_moe_desc d;
+  memset(&d, 0, sizeof d);
+  d.struct_size = sizeof d;
+  d.T = T;
+  d.H = H;
+  d.E = e->E;
+  d.E_local = e->E;
+  d.topk = K;
+  int32_t *ids = (int32_t *)zalloc(mem, &nm, T * K * 4);
+  float *w = (float *)zalloc(mem, &nm, T * K * 4);
+  for (int64_t t = 0; t < T; t++) {
+    int64_t pm[DSK_MOE_MAX_EXPERTS];
+    tu_permutation(r, pm, e->E);
+    for (int64_t k = 0; k < K; k++) {
+      ids[t * K + k] = (int32_t)pm[k];
+      w[t * K + k] = (float)tu_uniform(r);
+    }
+  }
+  d.ids_in = ids;
+  d.weights_in = w;
+  d.x = (const dsk_bf16 *)zalloc(mem, &nm, T * H * 2);
+  d.x_stride = H;
+  d.y = (dsk_bf16 *)zalloc(mem, &nm, T * H * 2);
+  d.y_stride = H;
+  int64_t b[4];
+  dsk_moe_weights_bytes(e->wfmt, e->E, H, e->Ir, b);
+  d.routed.fmt = e->wfmt;
+  d.routed.E = e->E;
+  d.routed.I = e->Ir;
+  d.routed.w13 = zalloc(mem, &nm, b[0]);
+  d.routed.sf13 = (const int32_t *)zalloc(mem, &nm, b[1]);
+  d.routed.w2 = zalloc(mem, &nm, b[2]);
+  d.routed.sf2 = (const int32_t *)zalloc(mem, &nm, b[3]);
+  if (e->Is) {
+    dsk_moe_weights_bytes(DSK_MOE_W_FP8, 1, H, e->Is, b);
+    d.shared.fmt = DSK_MOE_W_FP8;
+    d.shared.E = 1;
+    d.shared.I = e->Is;
+    d.shared.w13 = zalloc(mem, &nm, b[0]);
+    d.shared.sf13 = (const int32_t *)zalloc(mem, &nm, b[1]);
+    d.shared.w2 = zalloc(mem, &nm, b[2]);
+    d.shared.sf2 = (const int32_t *)zalloc(mem, &nm, b[3]);
+  }
+  dsk_plan_info pi;
+  dsk_status st;
+  PLAN_TUNED(dsk_moe_plan(c, &d, &pi));
+  if (st == DSK_STATUS_OK) {
+    d.workspace = zalloc(mem, &nm, pi.workspace_bytes);
+    d.workspace_bytes = pi.workspace_bytes;
+    st = dsk_moe_run(c, &d);
+  }
+  *lookups += e->Is ? 4 : 2;
+  for (int i = 0; i < nm; i++) free(mem[i]);
+  return st;
+}
+
+/* A grouped GEMM called on its own (an engine with its own permute): the
+ * descriptor has expected_m = T*topk but not topk; the lookup matches on
+ * rows. m_indices all -1 (every block skipped). */
+static dsk_status gemm_step(dsk_ctx *c, const envelope *e, tu_rng *r, int *lookups) {
+  const int64_t T = tu_int(r, 1, e->max_T), fc2 = tu_int(r, 0, 1);
+  dsk_moe_align_desc ad;
+  memset(&ad, 0, sizeof ad);
+  ad.struct_size = sizeof ad;
+  ad.M = T;
+  ad.topk = e->moe_topk;
+  ad.E_local = e->E;
+  int64_t msum = 0, au = 0;
+  dsk_status st = dsk_moe_aligned_m(&ad, &msum, &au);
+  if (st != DSK_STATUS_OK) return st;
+  void *mem[8];
+  int nm = 0;
+  dsk_moe_gemm_desc g;
+  memset(&g, 0, sizeof g);
+  g.struct_size = sizeof g;
+  g.M_sum = msum;
+  g.N = fc2 ? e->D : 2 * e->Ir;
+  g.K = fc2 ? e->Ir : e->D;
+  g.E_local = e->E;
+  g.A_used = au;
+  g.expected_m = T * e->moe_topk;
+  g.A = (const uint8_t *)zalloc(mem, &nm, msum * g.K);
+  g.A_stride = g.K;
+  g.sfa.words = (const int32_t *)zalloc(mem, &nm, dsk_sf_packed_words(1, msum, g.K / 128) * 4);
+  g.sfa.groups = 1;
+  g.sfa.mn = msum;
+  g.sfa.sf_k = g.K / 128;
+  int32_t *mi = (int32_t *)zalloc(mem, &nm, msum * 4);
+  for (int64_t i = 0; i < msum; i++) mi[i] = -1;
+  g.m_indices = mi;
+  g.b_fmt = e->wfmt;
+  const int mx = e->wfmt == DSK_MOE_W_MXFP4;
+  g.B = zalloc(mem, &nm, e->E * g.N * (mx ? g.K / 2 : g.K));
+  g.sfb.words = (const int32_t *)zalloc(mem, &nm, dsk_sf_packed_words(e->E, g.N, mx ? g.K / 32 : g.K / 128) * 4);
+  g.sfb.groups = e->E;
+  g.sfb.mn = g.N;
+  g.sfb.sf_k = mx ? g.K / 32 : g.K / 128;
+  g.D = (dsk_bf16 *)zalloc(mem, &nm, msum * g.N * 2);
+  g.D_stride = g.N;
+  dsk_plan_info pi;
+  PLAN_TUNED(dsk_moe_gemm_plan(c, &g, &pi));
+  if (st == DSK_STATUS_OK) st = dsk_moe_gemm(c, &g);
+  *lookups += 1;
+  for (int i = 0; i < nm; i++) free(mem[i]);
+  return st;
+}
+
+/* A dense FP8 GEMM of the envelope: the shared expert or a dense MLP layer. */
+static dsk_status dense_step(dsk_ctx *c, const envelope *e, tu_rng *r, int *lookups) {
+  const int64_t T = tu_int(r, 1, e->max_T);
+  int64_t I = e->Is;
+  if (e->Id && (!I || tu_int(r, 0, 1))) I = e->Id;
+  const int fc2 = (int)tu_int(r, 0, 1);
+  void *mem[8];
+  int nm = 0;
+  dsk_dense_gemm_desc g;
+  memset(&g, 0, sizeof g);
+  g.struct_size = sizeof g;
+  g.M = T;
+  g.N = fc2 ? e->D : 2 * I;
+  g.K = fc2 ? I : e->D;
+  g.A = (const uint8_t *)zalloc(mem, &nm, T * g.K);
+  g.A_stride = g.K;
+  g.sfa.words = (const int32_t *)zalloc(mem, &nm, dsk_sf_packed_words(1, T, g.K / 128) * 4);
+  g.sfa.groups = 1;
+  g.sfa.mn = T;
+  g.sfa.sf_k = g.K / 128;
+  g.B = (const uint8_t *)zalloc(mem, &nm, g.N * g.K);
+  g.sfb.words = (const int32_t *)zalloc(mem, &nm, dsk_sf_packed_words(1, g.N, g.K / 128) * 4);
+  g.sfb.groups = 1;
+  g.sfb.mn = g.N;
+  g.sfb.sf_k = g.K / 128;
+  g.D = (dsk_bf16 *)zalloc(mem, &nm, T * g.N * 2);
+  g.D_stride = g.N;
+  dsk_plan_info pi;
+  dsk_status st;
+  PLAN_TUNED(dsk_dense_fp8_gemm_plan(c, &g, &pi));
+  if (st == DSK_STATUS_OK) st = dsk_dense_fp8_gemm(c, &g);
+  *lookups += 1;
+  for (int i = 0; i < nm; i++) free(mem[i]);
+  return st;
+}
+
+/* Runs `steps` random steps (attention, mHC, MoE layers, grouped and dense
+ * GEMMs of the envelope); every lookup must find a tuned entry. */
 static void serve(dsk_ctx *c, const envelope *e, int steps, uint64_t seed, const char *what) {
   tu_rng r = tu_rng_make(seed);
   TU_CHECK_OK(&counts, dsk_autotune_reset_stats(c));
-  int fails = 0, lookups = 0;
+  int fails = 0, lookups = 0, kinds[5], nk = 0, done[5] = {0};
+  kinds[nk++] = 0;
+  if (e->has_mhc) kinds[nk++] = 1;
+  if (e->E) kinds[nk++] = 2;
+  if (e->E) kinds[nk++] = 3;
+  if (e->Is || e->Id) kinds[nk++] = 4;
   for (int i = 0; i < steps; i++) {
-    dsk_status st = e->has_mhc && tu_int(&r, 0, 3) == 0 ? mhc_step(c, e, &r) : decode_step(c, e, &r);
-    lookups++;
+    const int kind = kinds[tu_int(&r, 0, nk - 1)];
+    dsk_status st;
+    done[kind]++;
+    if (kind == 1) {
+      st = mhc_step(c, e, &r);
+      lookups++;
+    } else if (kind == 2) {
+      st = moe_step(c, e, &r, &lookups);
+    } else if (kind == 3) {
+      st = gemm_step(c, e, &r, &lookups);
+    } else if (kind == 4) {
+      st = dense_step(c, e, &r, &lookups);
+    } else {
+      st = decode_step(c, e, &r);
+      lookups++;
+    }
     if (st != DSK_STATUS_OK && fails++ < 3)
       fprintf(stderr, "%s step %d: %s: %s\n", what, i, dsk_status_name(st), dsk_last_error());
   }
@@ -436,8 +669,10 @@ static void serve(dsk_ctx *c, const envelope *e, int steps, uint64_t seed, const
   s.struct_size = sizeof s;
   TU_CHECK_OK(&counts, dsk_autotune_stats(c, &s));
   TU_CHECK(&counts, fails == 0 && s.misses == 0 && s.invalid == 0 && s.hits == lookups,
-           "%s: %d steps: %d failed, %lld misses, %lld invalid, %lld hits", what, steps, fails, (long long)s.misses,
-           (long long)s.invalid, (long long)s.hits);
+           "%s: %d steps: %d failed, %lld misses, %lld invalid, %lld hits (want %d)", what, steps, fails,
+           (long long)s.misses, (long long)s.invalid, (long long)s.hits, lookups);
+  for (int k = 0; k < nk; k++)
+    TU_CHECK(&counts, done[kinds[k]] > 0, "%s: step kind %d was exercised", what, kinds[k]);
 }
 
 static void test_serving(void) {
@@ -447,8 +682,9 @@ static void test_serving(void) {
   TU_CHECK(&counts, mkdtemp(dir) != NULL, "mkdtemp");
   setenv("DSK_CACHE_DIR", dir, 1);
 
-  /* DeepSeek-V4-shaped (tiny config): tokens <= 8, context 20000 (C128A
-   * widths 128 and 256). */
+  /* DeepSeek-V4-shaped (tiny config with hidden 128, so that its MoE
+   * layers have GEMM shapes: 8 experts, top-2, I 128, one shared expert):
+   * tokens <= 8, context 20000 (C128A widths 128 and 256). */
   dsk_model_desc m = model_init();
   char path[1024];
   data_path(path, sizeof path, "tiny-dsv4");
@@ -457,28 +693,38 @@ static void test_serving(void) {
   dsk_serving_desc_init(&sv);
   sv.max_tokens = 8;
   sv.max_context = 20000;
-  envelope e = {DSK_KV_FORMAT_B584, 8, 8, 20000, 128, 128, 64, 64, 2, 1, 1, 1, 1, 64};
   dsk_ctx *c = ctx_new();
   dsk_warmup_list *l = NULL;
+  /* hidden 64 (the file): its MoE GEMMs cannot run (K 64), so no MoE keys */
   TU_CHECK_OK(&counts, dsk_warmup_enumerate(c, &m, &sv, &l));
-  /* (SWA + C4A + 2 C128A) x {1,2,4,8} + mHC x 4 */
-  TU_CHECK(&counts, dsk_warmup_list_size(l) == 20, "tiny envelope: %lld keys", (long long)dsk_warmup_list_size(l));
+  TU_CHECK(&counts, dsk_warmup_list_size(l) == 20, "tiny envelope, hidden 64: %lld keys (want 20, no MoE)",
+           (long long)dsk_warmup_list_size(l));
+  dsk_warmup_list_free(l);
+  m.hidden_size = 128;
+  envelope e = {DSK_KV_FORMAT_B584, 8, 8, 20000, 128, 128, 64, 64, 2, 1, 1, 1, 1, 128,
+                8, 2, 128, 128, 0, DSK_MOE_W_MXFP4};
+  TU_CHECK_OK(&counts, dsk_warmup_enumerate(c, &m, &sv, &l));
+  /* (SWA + C4A + 2 C128A) x {1,2,4,8} + mHC x 4 + MoE FC1 / FC2 (A 64) x 4
+   * + shared expert FC1 / FC2 x 4 */
+  const int64_t nkeys = 36;
+  TU_CHECK(&counts, dsk_warmup_list_size(l) == nkeys, "tiny envelope: %lld keys (want %lld)",
+           (long long)dsk_warmup_list_size(l), (long long)nkeys);
   prog g;
   memset(&g, 0, sizeof g);
   double t0 = tu_now_us();
   TU_CHECK_OK(&counts, dsk_warmup_run(c, l, 0, on_progress, &g));
-  printf("test_warmup: tiny DSv4 warmup (20 keys) %.2f s\n", (tu_now_us() - t0) * 1e-6);
-  TU_CHECK(&counts, g.calls == 20 && g.tuned == 20, "warmup: %lld tuned of %lld", (long long)g.tuned,
+  printf("test_warmup: tiny DSv4 warmup (%lld keys) %.2f s\n", (long long)nkeys, (tu_now_us() - t0) * 1e-6);
+  TU_CHECK(&counts, g.calls == nkeys && g.tuned == nkeys, "warmup: %lld tuned of %lld", (long long)g.tuned,
            (long long)g.calls);
-  serve(c, &e, 150, 1, "tiny DSv4 after warmup");
+  serve(c, &e, 200, 1, "tiny DSv4 after warmup");
 
   /* The same list again: everything cached; forced: re-tuned. */
   memset(&g, 0, sizeof g);
   TU_CHECK_OK(&counts, dsk_warmup_run(c, l, DSK_WARMUP_NO_SAVE, on_progress, &g));
-  TU_CHECK(&counts, g.cached == 20 && g.tuned == 0, "second warmup: %lld cached", (long long)g.cached);
+  TU_CHECK(&counts, g.cached == nkeys && g.tuned == 0, "second warmup: %lld cached", (long long)g.cached);
   memset(&g, 0, sizeof g);
   TU_CHECK_OK(&counts, dsk_warmup_run(c, l, DSK_WARMUP_FORCE | DSK_WARMUP_NO_SAVE, on_progress, &g));
-  TU_CHECK(&counts, g.tuned == 20, "forced warmup: %lld tuned", (long long)g.tuned);
+  TU_CHECK(&counts, g.tuned == nkeys, "forced warmup: %lld tuned", (long long)g.tuned);
   TU_CHECK(&counts, dsk_warmup_run(c, l, 0x100, NULL, NULL) == DSK_STATUS_INVALID_ARG, "unknown flag");
 
   /* Rank 0 exports; rank 1 (no cache file) imports and warms up without
@@ -493,7 +739,8 @@ static void test_serving(void) {
   TU_CHECK_OK(&counts, dsk_autotune_import(rank1, buf, len - 1));
   memset(&g, 0, sizeof g);
   TU_CHECK_OK(&counts, dsk_warmup_run(rank1, l, DSK_WARMUP_NO_TUNE, on_progress, &g));
-  TU_CHECK(&counts, g.cached == 20 && g.tuned == 0, "rank 1 warmup without tuning: %lld cached", (long long)g.cached);
+  TU_CHECK(&counts, g.cached == nkeys && g.tuned == 0, "rank 1 warmup without tuning: %lld cached",
+           (long long)g.cached);
   serve(rank1, &e, 60, 2, "rank 1 after import");
   dsk_ctx_destroy(rank1);
   free(buf);
@@ -504,7 +751,7 @@ static void test_serving(void) {
   t0 = tu_now_us();
   TU_CHECK_OK(&counts, dsk_warmup_run(c2, l, 0, on_progress, &g));
   printf("test_warmup: warmup with a full cache %.3f s\n", (tu_now_us() - t0) * 1e-6);
-  TU_CHECK(&counts, g.cached == 20, "from the file: %lld cached", (long long)g.cached);
+  TU_CHECK(&counts, g.cached == nkeys, "from the file: %lld cached", (long long)g.cached);
   serve(c2, &e, 60, 3, "second process from the file");
   dsk_ctx_destroy(c2);
   dsk_warmup_list_free(l);
@@ -526,20 +773,29 @@ static void test_serving(void) {
   unsetenv("DSK_AUTOTUNE_CACHE");
   setenv("DSK_AUTOTUNE_REQUIRE_HIT", "1", 1);
 
-  /* GLM-5.1 TP8 (Format A, top-2048, 8 heads per rank), tokens <= 2. */
+  /* GLM-5.1 TP8 (Format A, top-2048, 8 heads per rank), tokens <= 2. The
+   * MoE widths are reduced (hidden 128; routed and shared I 1024, dense MLP
+   * I 2048, so 128 and 256 per rank) to keep the CPU timing short; the
+   * FP8 experts, 256 of them at top-8, are the model's. */
   m = model_init();
   TU_CHECK_OK(&counts, dsk_model_desc_builtin("glm-5.1", &m));
+  m.hidden_size = 128;
+  m.moe_intermediate_size = 1024;
+  m.dense_intermediate_size = 2048;
   dsk_serving_desc_init(&sv);
   sv.tp = 8;
   sv.max_tokens = 2;
   sv.max_context = 8192;
-  envelope eg = {DSK_KV_FORMAT_A656, 8, 2, 8192, 0, 2048, 64, 0, 0, 0, 0, 0, 0, 0};
+  envelope eg = {DSK_KV_FORMAT_A656, 8, 2, 8192, 0, 2048, 64, 0, 0, 0, 0, 0, 0, 128,
+                 256, 8, 128, 128, 256, DSK_MOE_W_FP8};
   TU_CHECK_OK(&counts, dsk_warmup_enumerate(c, &m, &sv, &l));
-  TU_CHECK(&counts, dsk_warmup_list_size(l) == 2, "GLM envelope: %lld keys", (long long)dsk_warmup_list_size(l));
+  /* attention + (MoE FC1, FC2, shared FC1, FC2, dense FC1, FC2) x {1, 2} */
+  TU_CHECK(&counts, dsk_warmup_list_size(l) == 14, "GLM envelope: %lld keys (want 14)",
+           (long long)dsk_warmup_list_size(l));
   t0 = tu_now_us();
   TU_CHECK_OK(&counts, dsk_warmup_run(c, l, 0, NULL, NULL));
-  printf("test_warmup: GLM-5.1 TP8 warmup (2 keys) %.2f s\n", (tu_now_us() - t0) * 1e-6);
-  serve(c, &eg, 12, 4, "GLM-5.1 TP8 after warmup");
+  printf("test_warmup: GLM-5.1 TP8 warmup (14 keys) %.2f s\n", (tu_now_us() - t0) * 1e-6);
+  serve(c, &eg, 40, 4, "GLM-5.1 TP8 after warmup");
   dsk_warmup_list_free(l);
   dsk_ctx_destroy(c);
 

@@ -101,6 +101,12 @@ typedef struct dsk_backend {
    * heads_per_cta heads per CTA (tactic v[1]), for the tactic heuristic
    * (NULL = 1). */
   int (*sparse_mla_ctas_per_sm)(const dsk_ctx *ctx, const dsk_sparse_mla_desc *d, int heads_per_cta);
+
+  /* Optional (NULL = never capturing): 1 if `stream` (NULL = the context's
+   * stream) is capturing a CUDA graph, or its capture status cannot be
+   * read; else 0. No side effects. The tuner times nothing while it is 1
+   * (spec/autotune.md A10). */
+  int (*stream_capturing)(dsk_ctx *ctx, void *stream);
 } dsk_backend;
 
 /* Registry (registry.c). */

@@ -7,7 +7,10 @@
  * dsk_last_error(); a zero work count (T, rows, M_sum) returns OK before
  * shapes and pointers are looked at. Then it calls the backend's slot
  * (struct dsk_backend); a NULL slot is DSK_STATUS_UNSUPPORTED naming the op
- * and the backend (the CUDA tables have no MoE slots yet). The permute
+ * and the backend. The GEMMs' all-zero tactics resolve to the context's
+ * tuned entry (src/tune; keys, A5 re-validation) else the heuristic of
+ * autotune.md §1; run calls count the lookup, plan calls and
+ * dsk_op_supported do not. The permute
  * workspace is sized by the cpu-ref rule (dsk__ref_moe_permute_workspace).
  */
 #include <inttypes.h>
@@ -19,6 +22,7 @@
 #include "moe.h"
 #include "backend/cpu/ref_moe.h"
 #include "format/mxfp4.h"
+#include "../tune/tuner.h"
 
 #define MOE_COUNT_MAX INT64_C(2147483647)
 
@@ -451,6 +455,81 @@ static void heuristic_n_split(int64_t a, int64_t N, int64_t K, int sms, int32_t 
       }
 }
 
+/* The tactic sets the tuner times (autotune.md §1), in the op's fixed
+ * order: BLOCK_M, then BLOCK_N, then split-K ascending. */
+static const int32_t k_bm_moe[2] = {64, 128}, k_bm_dense[4] = {16, 32, 64, 128};
+static const int32_t k_bn[3] = {64, 128, 256}, k_split[3] = {1, 2, 4};
+
+static int bn_split_ok(int32_t bn, int32_t sp, int64_t K) {
+  return (bn == 64 || bn == 128 || bn == 256) && (sp == 1 || sp == 2 || sp == 4) && K % sp == 0 && (K / sp) % 128 == 0;
+}
+
+int dsk__moe_tune_tactics(const dsk__tune_shape *s, dsk_tactic *out, int max) {
+  const int moe = s->op == DSK_OP_MOE_GEMM;
+  if (!moe && s->op != DSK_OP_MOE_DENSE_GEMM) return 0;
+  const int32_t *bms = moe ? k_bm_moe : k_bm_dense;
+  const int nbm = moe ? 2 : 4;
+  int n = 0;
+  for (int i = 0; i < nbm; i++) {
+    if (moe && (s->A < 1 || s->A % bms[i] != 0)) continue; /* BLOCK_M divides A_used (spec 5.4) */
+    for (int j = 0; j < 3; j++)
+      for (int k = 0; k < 3; k++) {
+        if (!bn_split_ok(k_bn[j], k_split[k], s->K) || n >= max) continue;
+        tactic_set(&out[n++], s->op, moe ? DSK_MOE_GEMM_TACTIC_VERSION : DSK_DENSE_GEMM_TACTIC_VERSION, bms[i],
+                   k_bn[j], k_split[k]);
+      }
+  }
+  return n;
+}
+
+/* A5: a stored tactic is usable for the real shape when it is in the set
+ * (BLOCK_M dividing the real A_used, split-K fitting the real K). */
+int dsk__moe_tune_tactic_fix(const dsk__tune_shape *s, dsk_tactic *t) {
+  const int moe = s->op == DSK_OP_MOE_GEMM;
+  if (!moe && s->op != DSK_OP_MOE_DENSE_GEMM) return 0;
+  if (t->op != s->op || t->version != (moe ? DSK_MOE_GEMM_TACTIC_VERSION : DSK_DENSE_GEMM_TACTIC_VERSION)) return 0;
+  const int32_t bm = t->v[0];
+  if (moe) {
+    if ((bm != 64 && bm != 128) || s->A < 1 || s->A % bm != 0) return 0;
+  } else if (bm != 16 && bm != 32 && bm != 64 && bm != 128) {
+    return 0;
+  }
+  if (!bn_split_ok(t->v[1], t->v[2], s->K)) return 0;
+  for (int i = 3; i < 6; i++)
+    if (t->v[i] != 0) return 0;
+  return 1;
+}
+
+/* The heuristics of autotune.md §1. moe.gemm: a = min(rows, E_local), rows
+ * = expected_m (0: A_used). dense_fp8.gemm: a = 1, BLOCK_M = the smallest
+ * of the set >= min(M, 128). */
+static void moe_heuristic(const dsk_ctx *ctx, int64_t A_used, int64_t N, int64_t K, int64_t E_local, int64_t rows,
+                          dsk_tactic *out) {
+  const int64_t em = rows > 0 ? rows : A_used;
+  const int64_t a = em < E_local ? em : E_local;
+  int32_t bn, sp;
+  heuristic_n_split(a, N, K, ctx->info.sm_count, &bn, &sp);
+  tactic_set(out, DSK_OP_MOE_GEMM, DSK_MOE_GEMM_TACTIC_VERSION, A_used % 128 == 0 ? 128 : 64, bn, sp);
+}
+
+static void dense_heuristic(const dsk_ctx *ctx, int64_t M, int64_t N, int64_t K, dsk_tactic *out) {
+  const int64_t m = M < 128 ? M : 128;
+  int32_t bm = 16;
+  while (bm < m) bm *= 2;
+  int32_t bn, sp;
+  heuristic_n_split(1, N, K, ctx->info.sm_count, &bn, &sp);
+  tactic_set(out, DSK_OP_MOE_DENSE_GEMM, DSK_DENSE_GEMM_TACTIC_VERSION, bm, bn, sp);
+}
+
+void dsk__moe_tune_heuristic(const dsk_ctx *ctx, const dsk__tune_shape *s, dsk_tactic *out) {
+  if (s->op == DSK_OP_MOE_GEMM)
+    moe_heuristic(ctx, s->A, s->N, s->K, s->E, dsk__tune_rows(s), out);
+  else if (s->op == DSK_OP_MOE_DENSE_GEMM)
+    dense_heuristic(ctx, s->T, s->N, s->K, out);
+  else
+    memset(out, 0, sizeof *out);
+}
+
 static dsk_status check_bn_split(const char *op, const char *field, const dsk_tactic *g, int64_t K) {
   const int32_t bn = g->v[1], sp = g->v[2];
   if (bn != 64 && bn != 128 && bn != 256)
@@ -485,18 +564,48 @@ dsk_status dsk__moe_gemm_resolve_tactic(const dsk_ctx *ctx, const dsk_tactic *g,
     if (source) *source = DSK_TACTIC_FORCED;
     return DSK_STATUS_OK;
   }
-  /* No tuned entries yet (the tuner lands separately): the heuristic. */
-  const int64_t em = expected_m > 0 ? expected_m : A_used;
-  const int64_t a = em < E_local ? em : E_local;
-  int32_t bn, sp;
-  heuristic_n_split(a, N, K, ctx->info.sm_count, &bn, &sp);
-  tactic_set(out, DSK_OP_MOE_GEMM, DSK_MOE_GEMM_TACTIC_VERSION, A_used % 128 == 0 ? 128 : 64, bn, sp);
+  /* All zero: the heuristic (moe_gemm_tactic asks the tuner). */
+  moe_heuristic(ctx, A_used, N, K, E_local, expected_m, out);
   if (source) *source = DSK_TACTIC_HEURISTIC;
   return DSK_STATUS_OK;
 }
 
+/* The moe.gemm tactic of a run (mode DSK__TUNE_RUN), plan (PLAN) or
+ * dsk_op_supported / re-derivation (FOLLOW): a given tactic is checked
+ * (forced); all zero asks the tuner for the entry of the key (fmt, N, K,
+ * E_local, A_used, topk exact; T bucketed) and falls back to the heuristic.
+ * topk 0 (a dsk_moe_gemm call, whose descriptor carries expected_m =
+ * T*topk but not topk): the lookup matches on rows = expected_m (0: the
+ * heuristic's A_used). */
+static dsk_status moe_gemm_tactic(const dsk_ctx *ctx, const dsk_tactic *g, int wfmt, int64_t A_used, int64_t N,
+                                  int64_t K, int64_t E_local, int64_t topk, int64_t T, int64_t expected_m, int mode,
+                                  const char *op, const char *field, dsk_tactic *out, int *source) {
+  dsk_tactic h;
+  int src = DSK_TACTIC_HEURISTIC;
+  TRY(dsk__moe_gemm_resolve_tactic(ctx, g, A_used, N, K, E_local, expected_m, op, field, &h, &src));
+  if (src == DSK_TACTIC_FORCED) {
+    *out = h;
+    if (source) *source = src;
+    return DSK_STATUS_OK;
+  }
+  dsk__tune_shape s;
+  memset(&s, 0, sizeof s);
+  s.op = DSK_OP_MOE_GEMM;
+  s.wfmt = wfmt;
+  s.N = N;
+  s.K = K;
+  s.E = E_local;
+  s.A = A_used;
+  s.topk = topk > 0 ? topk : 0;
+  s.T = topk > 0 ? T : (expected_m > 0 ? expected_m : A_used);
+  dsk_status st = dsk__tune_resolve(ctx, &s, &h, mode, out, &src);
+  if (source) *source = src;
+  return st;
+}
+
 #define OP_GEMM "moe_gemm"
-static dsk_status gemm_validate(const dsk_ctx *ctx, const dsk_moe_gemm_desc *d, int run, dsk_tactic *t, int *src) {
+static dsk_status gemm_validate(const dsk_ctx *ctx, const dsk_moe_gemm_desc *d, int run, int mode, dsk_tactic *t,
+                                int *src) {
   const char *op = OP_GEMM;
   TRY(check_ctx_desc(ctx, d, op));
   TRY(check_struct(op, d->struct_size, sizeof *d, "dsk_moe_gemm_desc"));
@@ -511,8 +620,6 @@ static dsk_status gemm_validate(const dsk_ctx *ctx, const dsk_moe_gemm_desc *d, 
                      d->M_sum, d->A_used);
   if (d->expected_m < 0) return dsk__fail(DSK_STATUS_INVALID_ARG, "%s: expected_m %" PRId64 " < 0", op, d->expected_m);
   TRY(check_wfmt(op, "b_fmt", (int)d->b_fmt));
-  TRY(dsk__moe_gemm_resolve_tactic(ctx, &d->tactic, d->A_used, d->N, d->K, d->E_local, d->expected_m, op, "tactic",
-                                   t, src));
   TRY(check_rows(op, "A", d->A, 1, d->A_stride, d->M_sum, d->K, "e4m3 [M_sum, K]"));
   TRY(check_sf(op, "sfa", &d->sfa, 1, d->M_sum, d->K / 128, "activations: one UE8M0 per 1x128, sf_k = K/128"));
   TRY(check_ptr(op, "m_indices", d->m_indices, 4, "int32 [M_sum]"));
@@ -523,6 +630,9 @@ static dsk_status gemm_validate(const dsk_ctx *ctx, const dsk_moe_gemm_desc *d, 
     TRY(check_sf(op, "sfb", &d->sfb, d->E_local, d->N, d->K / 128,
                  "FP8 weights: 128x128 blocks broadcast to rows, sf_k = K/128"));
   TRY(check_rows(op, "D", d->D, 2, d->D_stride, d->M_sum, d->N, "bf16 [M_sum, N]"));
+  /* last, so a descriptor that fails validation never counts a lookup */
+  TRY(moe_gemm_tactic(ctx, &d->tactic, (int)d->b_fmt, d->A_used, d->N, d->K, d->E_local, 0, 0, d->expected_m, mode,
+                      op, "tactic", t, src));
   if (run) TRY(check_workspace(op, d->workspace, d->workspace_bytes, 0));
   return DSK_STATUS_OK;
 }
@@ -532,7 +642,7 @@ dsk_status dsk_moe_gemm_plan(dsk_ctx *ctx, const dsk_moe_gemm_desc *d, dsk_plan_
   dsk_tactic t;
   int src = DSK_TACTIC_HEURISTIC;
   memset(&t, 0, sizeof t);
-  TRY(gemm_validate(ctx, d, 0, &t, &src));
+  TRY(gemm_validate(ctx, d, 0, DSK__TUNE_PLAN, &t, &src));
   fill_plan(ctx, info, 0, &t, src);
   if (!ctx->backend->moe_gemm) return not_served(ctx, OP_GEMM);
   return DSK_STATUS_OK;
@@ -540,14 +650,14 @@ dsk_status dsk_moe_gemm_plan(dsk_ctx *ctx, const dsk_moe_gemm_desc *d, dsk_plan_
 
 dsk_status dsk_moe_gemm(dsk_ctx *ctx, const dsk_moe_gemm_desc *d) {
   dsk_tactic t;
-  TRY(gemm_validate(ctx, d, 1, &t, NULL));
+  TRY(gemm_validate(ctx, d, 1, DSK__TUNE_RUN, &t, NULL));
   if (d->M_sum == 0) return DSK_STATUS_OK;
   if (!ctx->backend->moe_gemm) return not_served(ctx, OP_GEMM);
   return ctx->backend->moe_gemm(ctx, d, &t);
 }
 
 #define OP_DENSE "dense_fp8_gemm"
-static dsk_status dense_resolve(const dsk_ctx *ctx, const dsk_dense_gemm_desc *d, dsk_tactic *t, int *src) {
+static dsk_status dense_resolve(const dsk_ctx *ctx, const dsk_dense_gemm_desc *d, int mode, dsk_tactic *t, int *src) {
   const char *op = OP_DENSE;
   const dsk_tactic *g = &d->tactic;
   if (!tactic_is_zero(g)) {
@@ -562,17 +672,23 @@ static dsk_status dense_resolve(const dsk_ctx *ctx, const dsk_dense_gemm_desc *d
     if (src) *src = DSK_TACTIC_FORCED;
     return DSK_STATUS_OK;
   }
-  const int64_t m = d->M < 128 ? d->M : 128;
-  int32_t bm = 16;
-  while (bm < m) bm *= 2;
-  int32_t bn, sp;
-  heuristic_n_split(1, d->N, d->K, ctx->info.sm_count, &bn, &sp);
-  tactic_set(t, DSK_OP_MOE_DENSE_GEMM, DSK_DENSE_GEMM_TACTIC_VERSION, bm, bn, sp);
-  if (src) *src = DSK_TACTIC_HEURISTIC;
-  return DSK_STATUS_OK;
+  /* All zero: the tuned entry of (N, K; T = M bucketed), else the heuristic. */
+  dsk_tactic h;
+  dense_heuristic(ctx, d->M, d->N, d->K, &h);
+  dsk__tune_shape s;
+  memset(&s, 0, sizeof s);
+  s.op = DSK_OP_MOE_DENSE_GEMM;
+  s.N = d->N;
+  s.K = d->K;
+  s.T = d->M;
+  int source = DSK_TACTIC_HEURISTIC;
+  dsk_status st = dsk__tune_resolve(ctx, &s, &h, mode, t, &source);
+  if (src) *src = source;
+  return st;
 }
 
-static dsk_status dense_validate(const dsk_ctx *ctx, const dsk_dense_gemm_desc *d, int run, dsk_tactic *t, int *src) {
+static dsk_status dense_validate(const dsk_ctx *ctx, const dsk_dense_gemm_desc *d, int run, int mode, dsk_tactic *t,
+                                 int *src) {
   const char *op = OP_DENSE;
   TRY(check_ctx_desc(ctx, d, op));
   TRY(check_struct(op, d->struct_size, sizeof *d, "dsk_dense_gemm_desc"));
@@ -580,12 +696,12 @@ static dsk_status dense_validate(const dsk_ctx *ctx, const dsk_dense_gemm_desc *
   if (d->M == 0) return DSK_STATUS_OK;
   TRY(check_size(op, "N", d->N, 128, DSK_MOE_MAX_K, 128, NULL));
   TRY(check_size(op, "K", d->K, 128, DSK_MOE_MAX_K, 128, NULL));
-  TRY(dense_resolve(ctx, d, t, src));
   TRY(check_rows(op, "A", d->A, 1, d->A_stride, d->M, d->K, "e4m3 [M, K]"));
   TRY(check_sf(op, "sfa", &d->sfa, 1, d->M, d->K / 128, "activations: one UE8M0 per 1x128, sf_k = K/128"));
   TRY(check_ptr(op, "B", d->B, 1, "e4m3 [N, K]"));
   TRY(check_sf(op, "sfb", &d->sfb, 1, d->N, d->K / 128, "FP8 weights: 128x128 blocks broadcast to rows, sf_k = K/128"));
   TRY(check_rows(op, "D", d->D, 2, d->D_stride, d->M, d->N, "bf16 [M, N]"));
+  TRY(dense_resolve(ctx, d, mode, t, src)); /* last: a failing descriptor counts no lookup */
   if (run) TRY(check_workspace(op, d->workspace, d->workspace_bytes, 0));
   return DSK_STATUS_OK;
 }
@@ -595,7 +711,7 @@ dsk_status dsk_dense_fp8_gemm_plan(dsk_ctx *ctx, const dsk_dense_gemm_desc *d, d
   dsk_tactic t;
   int src = DSK_TACTIC_HEURISTIC;
   memset(&t, 0, sizeof t);
-  TRY(dense_validate(ctx, d, 0, &t, &src));
+  TRY(dense_validate(ctx, d, 0, DSK__TUNE_PLAN, &t, &src));
   fill_plan(ctx, info, 0, &t, src);
   if (!ctx->backend->dense_fp8_gemm) return not_served(ctx, OP_DENSE);
   return DSK_STATUS_OK;
@@ -603,7 +719,7 @@ dsk_status dsk_dense_fp8_gemm_plan(dsk_ctx *ctx, const dsk_dense_gemm_desc *d, d
 
 dsk_status dsk_dense_fp8_gemm(dsk_ctx *ctx, const dsk_dense_gemm_desc *d) {
   dsk_tactic t;
-  TRY(dense_validate(ctx, d, 1, &t, NULL));
+  TRY(dense_validate(ctx, d, 1, DSK__TUNE_RUN, &t, NULL));
   if (d->M == 0) return DSK_STATUS_OK;
   if (!ctx->backend->dense_fp8_gemm) return not_served(ctx, OP_DENSE);
   return ctx->backend->dense_fp8_gemm(ctx, d, &t);
@@ -789,9 +905,12 @@ static dsk_status check_weights(const char *op, const char *name, const dsk_moe_
   return DSK_STATUS_OK;
 }
 
-/* Shapes and pointers; T_eff = the T the workspace is sized for. */
-static dsk_status fwd_validate(const dsk_ctx *ctx, const dsk_moe_desc *d, int run, dsk__moe_ws *ws,
-                               dsk_tactic *t1, dsk_tactic *t2, int *src1) {
+/* Shapes and pointers; T_eff = the T the workspace is sized for. The four
+ * GEMM tactics (FC1, FC2, and with a shared expert its two dense GEMMs in
+ * ts[0], ts[1]) are resolved here, before anything runs, so a
+ * DSK_AUTOTUNE_REQUIRE_HIT miss fails the call before its first launch. */
+static dsk_status fwd_validate(const dsk_ctx *ctx, const dsk_moe_desc *d, int run, int mode, dsk__moe_ws *ws,
+                               dsk_tactic *t1, dsk_tactic *t2, dsk_tactic ts[2], int *src1) {
   const char *op = OP_FWD;
   TRY(check_ctx_desc(ctx, d, op));
   TRY(check_struct(op, d->struct_size, sizeof *d, "dsk_moe_desc"));
@@ -850,10 +969,22 @@ static dsk_status fwd_validate(const dsk_ctx *ctx, const dsk_moe_desc *d, int ru
   }
   dsk__moe_ws_layout(ctx, d, Tp, ws);
   const int64_t em = Tp * d->topk;
-  TRY(dsk__moe_gemm_resolve_tactic(ctx, &d->fc1_tactic, ws->A_used, 2 * d->routed.I, d->H, d->E_local, em, op,
-                                   "fc1_tactic", t1, src1));
-  TRY(dsk__moe_gemm_resolve_tactic(ctx, &d->fc2_tactic, ws->A_used, d->H, d->routed.I, d->E_local, em, op,
-                                   "fc2_tactic", t2, NULL));
+  TRY(moe_gemm_tactic(ctx, &d->fc1_tactic, (int)d->routed.fmt, ws->A_used, 2 * d->routed.I, d->H, d->E_local,
+                      d->topk, Tp, em, mode, op, "fc1_tactic", t1, src1));
+  TRY(moe_gemm_tactic(ctx, &d->fc2_tactic, (int)d->routed.fmt, ws->A_used, d->H, d->routed.I, d->E_local, d->topk,
+                      Tp, em, mode, op, "fc2_tactic", t2, NULL));
+  memset(ts, 0, 2 * sizeof *ts);
+  if (d->shared.w13) {
+    dsk_dense_gemm_desc e; /* the shape fields dense_resolve reads; tactic all zero */
+    memset(&e, 0, sizeof e);
+    e.M = Tp;
+    e.N = 2 * d->shared.I;
+    e.K = d->H;
+    TRY(dense_resolve(ctx, &e, mode, &ts[0], NULL));
+    e.N = d->H;
+    e.K = d->shared.I;
+    TRY(dense_resolve(ctx, &e, mode, &ts[1], NULL));
+  }
   if (run) TRY(check_workspace(op, d->workspace, d->workspace_bytes, ws->total));
   return DSK_STATUS_OK;
 }
@@ -883,11 +1014,11 @@ static dsk_status fwd_not_served(const dsk_ctx *ctx, const dsk_moe_desc *d) {
 dsk_status dsk_moe_plan(dsk_ctx *ctx, const dsk_moe_desc *d, dsk_plan_info *info) {
   TRY(check_plan_info(OP_FWD, info));
   dsk__moe_ws ws;
-  dsk_tactic t1, t2;
+  dsk_tactic t1, t2, ts[2];
   int src = DSK_TACTIC_HEURISTIC;
   memset(&ws, 0, sizeof ws);
   memset(&t1, 0, sizeof t1);
-  TRY(fwd_validate(ctx, d, 0, &ws, &t1, &t2, &src));
+  TRY(fwd_validate(ctx, d, 0, DSK__TUNE_PLAN, &ws, &t1, &t2, ts, &src));
   fill_plan(ctx, info, ws.total, &t1, src);
   if (fwd_missing_slot(ctx->backend, d)) return fwd_not_served(ctx, d);
   return DSK_STATUS_OK;
@@ -897,8 +1028,8 @@ static int64_t *cnt(const dsk_moe_desc *d, int i) { return d->counters ? d->coun
 
 dsk_status dsk_moe_run(dsk_ctx *ctx, const dsk_moe_desc *d) {
   dsk__moe_ws ws;
-  dsk_tactic t1, t2;
-  TRY(fwd_validate(ctx, d, 1, &ws, &t1, &t2, NULL));
+  dsk_tactic t1, t2, ts[2];
+  TRY(fwd_validate(ctx, d, 1, DSK__TUNE_RUN, &ws, &t1, &t2, ts, NULL));
   if (d->T == 0) return DSK_STATUS_OK;
   if (fwd_missing_slot(ctx->backend, d)) return fwd_not_served(ctx, d);
 
@@ -1013,7 +1144,7 @@ dsk_status dsk_moe_run(dsk_ctx *ctx, const dsk_moe_desc *d) {
     e.sfa.words = (int32_t *)(base + ws.sfx); e.sfa.groups = 1; e.sfa.mn = T; e.sfa.sf_k = H / 128;
     e.B = (const uint8_t *)d->shared.w13;
     e.sfb.words = d->shared.sf13; e.sfb.groups = 1; e.sfb.mn = 2 * Is; e.sfb.sf_k = H / 128;
-    e.D = S1; e.D_stride = 2 * Is;
+    e.D = S1; e.D_stride = 2 * Is; e.tactic = ts[0];
     TRY(dsk_dense_fp8_gemm(ctx, &e));
     dsk_swiglu_quant_desc s;
     memset(&s, 0, sizeof s);
@@ -1027,7 +1158,7 @@ dsk_status dsk_moe_run(dsk_ctx *ctx, const dsk_moe_desc *d) {
     e.sfa.words = ssf2; e.sfa.sf_k = Is / 128;
     e.B = (const uint8_t *)d->shared.w2;
     e.sfb.words = d->shared.sf2; e.sfb.mn = H; e.sfb.sf_k = Is / 128;
-    e.D = sout; e.D_stride = H;
+    e.D = sout; e.D_stride = H; e.tactic = ts[1];
     TRY(dsk_dense_fp8_gemm(ctx, &e));
   }
   /* 9. weighted gather + shared */
@@ -1049,7 +1180,7 @@ dsk_status dsk_moe_run(dsk_ctx *ctx, const dsk_moe_desc *d) {
 dsk_status dsk__moe_validate(const dsk_ctx *ctx, int op, const void *desc) {
   dsk_tactic t;
   dsk__moe_ws ws;
-  dsk_tactic t2;
+  dsk_tactic t2, ts[2];
   switch (op) {
     case DSK_OP_MOE_MX_QUANTIZE: return mxq_validate(ctx, (const dsk_mx_quantize_desc *)desc);
     case DSK_OP_MOE_FP8_QUANTIZE: return fp8q_validate(ctx, (const dsk_fp8_quantize_desc *)desc);
@@ -1057,11 +1188,13 @@ dsk_status dsk__moe_validate(const dsk_ctx *ctx, int op, const void *desc) {
     case DSK_OP_MOE_SF_PACK: return sfpack_validate(ctx, (const dsk_sf_pack_desc *)desc);
     case DSK_OP_MOE_ROUTE: return route_validate(ctx, (const dsk_moe_route_desc *)desc);
     case DSK_OP_MOE_PERMUTE: return perm_validate(ctx, (const dsk_moe_permute_desc *)desc, 1);
-    case DSK_OP_MOE_GEMM: return gemm_validate(ctx, (const dsk_moe_gemm_desc *)desc, 1, &t, NULL);
+    case DSK_OP_MOE_GEMM: return gemm_validate(ctx, (const dsk_moe_gemm_desc *)desc, 1, DSK__TUNE_FOLLOW, &t, NULL);
     case DSK_OP_MOE_SWIGLU_QUANT: return swiglu_validate(ctx, (const dsk_swiglu_quant_desc *)desc);
     case DSK_OP_MOE_GATHER: return gather_validate(ctx, (const dsk_moe_gather_desc *)desc);
-    case DSK_OP_MOE_DENSE_GEMM: return dense_validate(ctx, (const dsk_dense_gemm_desc *)desc, 1, &t, NULL);
-    case DSK_OP_MOE_FORWARD: return fwd_validate(ctx, (const dsk_moe_desc *)desc, 1, &ws, &t, &t2, NULL);
+    case DSK_OP_MOE_DENSE_GEMM:
+      return dense_validate(ctx, (const dsk_dense_gemm_desc *)desc, 1, DSK__TUNE_FOLLOW, &t, NULL);
+    case DSK_OP_MOE_FORWARD:
+      return fwd_validate(ctx, (const dsk_moe_desc *)desc, 1, DSK__TUNE_FOLLOW, &ws, &t, &t2, ts, NULL);
     default: return dsk__fail(DSK_STATUS_INVALID_ARG, "moe: unknown op %d", op);
   }
 }

@@ -14,11 +14,23 @@
 #ifndef DSK_KERNEL_BUILD_ID_MHC_PRENORM
 #define DSK_KERNEL_BUILD_ID_MHC_PRENORM "0000000000000000"
 #endif
+/* The MoE GEMMs: until CMake hashes their sources (DSK_KB_MOE_GEMM /
+ * DSK_KB_MOE_DENSE_GEMM), they take the mHC id, which follows the
+ * toolchain (compilers, flags, CUDA architectures): a new compiler still
+ * makes their entries stale, an edit of the GEMM sources does not. */
+#ifndef DSK_KERNEL_BUILD_ID_MOE_GEMM
+#define DSK_KERNEL_BUILD_ID_MOE_GEMM DSK_KERNEL_BUILD_ID_MHC_PRENORM
+#endif
+#ifndef DSK_KERNEL_BUILD_ID_MOE_DENSE_GEMM
+#define DSK_KERNEL_BUILD_ID_MOE_DENSE_GEMM DSK_KERNEL_BUILD_ID_MHC_PRENORM
+#endif
 
 const char *dsk_kernel_build_id(dsk_op op) {
   switch (op) {
     case DSK_OP_SPARSE_MLA_DECODE: return DSK_KERNEL_BUILD_ID_SPARSE_MLA_DECODE;
     case DSK_OP_MHC_PRENORM: return DSK_KERNEL_BUILD_ID_MHC_PRENORM;
+    case DSK_OP_MOE_GEMM: return DSK_KERNEL_BUILD_ID_MOE_GEMM;
+    case DSK_OP_MOE_DENSE_GEMM: return DSK_KERNEL_BUILD_ID_MOE_DENSE_GEMM;
     default: return NULL;
   }
 }

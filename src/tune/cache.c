@@ -298,7 +298,7 @@ static int entry_from_json(const char *key, const cJSON *item, dsk__tune_entry *
   if (!want || strcmp(kb, want) != 0) return ENTRY_STALE;
   int32_t tv;
   if (int32_of(cJSON_GetObjectItemCaseSensitive(item, "tv"), &tv) != 0) return ENTRY_INVALID;
-  int32_t cur = s.op == DSK_OP_SPARSE_MLA_DECODE ? DSK_SPARSE_MLA_TACTIC_VERSION : DSK_MHC_TACTIC_VERSION;
+  const int32_t cur = dsk__tune_tactic_version(s.op);
   if (tv != cur) return ENTRY_STALE;
   const cJSON *t = cJSON_GetObjectItemCaseSensitive(item, "t");
   if (!cJSON_IsArray(t) || cJSON_GetArraySize(t) != 6) return ENTRY_INVALID;

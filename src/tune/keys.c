@@ -1,8 +1,10 @@
 /* keys.c - op keys of the tunable ops (autotune.md §1-§2, A15), token and
  * width buckets (A2-A4), the canonical tactic order (A9) and the launch-cost
  * estimate that picks the repeat counts (A7). The tactic sets and heuristics
- * themselves live next to each op (src/ops/sparse_mla.c, src/ops/mhc.c). */
+ * themselves live next to each op (src/ops/sparse_mla.c, src/ops/mhc.c,
+ * src/ops/moe.c). */
 #include <inttypes.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,7 +12,26 @@
 #include "../ops/ops.h"
 #include "tuner.h"
 
-int dsk__tune_op_tunable(int op) { return op == DSK_OP_SPARSE_MLA_DECODE || op == DSK_OP_MHC_PRENORM; }
+int dsk__tune_op_tunable(int op) {
+  return op == DSK_OP_SPARSE_MLA_DECODE || op == DSK_OP_MHC_PRENORM || op == DSK_OP_MOE_GEMM ||
+         op == DSK_OP_MOE_DENSE_GEMM;
+}
+
+int32_t dsk__tune_tactic_version(int op) {
+  switch (op) {
+    case DSK_OP_SPARSE_MLA_DECODE: return DSK_SPARSE_MLA_TACTIC_VERSION;
+    case DSK_OP_MHC_PRENORM: return DSK_MHC_TACTIC_VERSION;
+    case DSK_OP_MOE_GEMM: return DSK_MOE_GEMM_TACTIC_VERSION;
+    case DSK_OP_MOE_DENSE_GEMM: return DSK_DENSE_GEMM_TACTIC_VERSION;
+    default: return -1;
+  }
+}
+
+int64_t dsk__tune_rows(const dsk__tune_shape *s) {
+  return s->op == DSK_OP_MOE_GEMM && s->topk > 0 ? s->T * s->topk : s->T;
+}
+
+const char *dsk__tune_base_end(int op) { return op == DSK_OP_MOE_GEMM ? ";topk=" : ";T="; }
 
 /* ----------------------------------------------------------- buckets */
 const int64_t dsk__tune_default_decode[11] = {1, 2, 4, 8, 16, 24, 32, 40, 48, 56, 64};
@@ -116,12 +137,20 @@ int dsk__tune_key(const dsk__tune_shape *s, int with_T, char *buf, size_t n) {
                    s->nseg == 2 ? s->w[1] : 0, s->nseg == 2 ? s->pbs[1] : 0);
   } else if (s->op == DSK_OP_MHC_PRENORM) {
     len = snprintf(buf, n, "op=%s;kb=%s;nD=%" PRId64 ";", op_name(s->op), kb, s->nD);
+  } else if (s->op == DSK_OP_MOE_GEMM) {
+    /* topk and T after the base: the group of a base key is ordered by rows (T*topk) */
+    len = snprintf(buf, n, "op=%s;kb=%s;fmt=%s;N=%" PRId64 ";K=%" PRId64 ";E=%" PRId64 ";A=%" PRId64 ";",
+                   op_name(s->op), kb, s->wfmt == DSK_MOE_W_FP8 ? "fp8" : "mxfp4", s->N, s->K, s->E, s->A);
+  } else if (s->op == DSK_OP_MOE_DENSE_GEMM) {
+    len = snprintf(buf, n, "op=%s;kb=%s;N=%" PRId64 ";K=%" PRId64 ";", op_name(s->op), kb, s->N, s->K);
   } else {
     return -1;
   }
   if (len < 0 || (size_t)len >= n) return -1;
   if (with_T) {
-    int l2 = snprintf(buf + len, n - (size_t)len, "T=%" PRId64 ";", s->T);
+    int l2 = s->op == DSK_OP_MOE_GEMM
+                 ? snprintf(buf + len, n - (size_t)len, "topk=%" PRId64 ";T=%" PRId64 ";", s->topk, s->T)
+                 : snprintf(buf + len, n - (size_t)len, "T=%" PRId64 ";", s->T);
     if (l2 < 0 || (size_t)(len + l2) >= n) return -1;
     len += l2;
   }
@@ -172,12 +201,10 @@ int dsk__tune_parse_key(const char *key, dsk__tune_shape *s, char kb[17]) {
   char name[48];
   memcpy(name, p, (size_t)(semi - p));
   name[semi - p] = 0;
-  if (strcmp(name, op_name(DSK_OP_SPARSE_MLA_DECODE)) == 0)
-    s->op = DSK_OP_SPARSE_MLA_DECODE;
-  else if (strcmp(name, op_name(DSK_OP_MHC_PRENORM)) == 0)
-    s->op = DSK_OP_MHC_PRENORM;
-  else
-    return -1;
+  static const int ops[] = {DSK_OP_SPARSE_MLA_DECODE, DSK_OP_MHC_PRENORM, DSK_OP_MOE_GEMM, DSK_OP_MOE_DENSE_GEMM};
+  for (size_t i = 0; i < sizeof ops / sizeof ops[0] && !s->op; i++)
+    if (strcmp(name, op_name(ops[i])) == 0) s->op = ops[i];
+  if (!s->op) return -1;
   p = semi + 1;
   if (strncmp(p, "kb=", 3) != 0) return -1;
   p += 3;
@@ -206,8 +233,23 @@ int dsk__tune_parse_key(const char *key, dsk__tune_shape *s, char kb[17]) {
     if (take_int(&p, "pbs1", 0, INT32_MAX, &s->pbs[1])) return -1;
     if ((s->w[1] == 0) != (s->pbs[1] == 0)) return -1;
     s->nseg = s->w[1] ? 2 : 1;
-  } else {
+  } else if (s->op == DSK_OP_MHC_PRENORM) {
     if (take_int(&p, "nD", 32, 4 * (int64_t)DSK_MHC_MAX_D, &s->nD) || s->nD % 32 != 0) return -1;
+  } else {
+    /* moe_gemm / dense_fp8_gemm: the shapes their run calls accept */
+    if (s->op == DSK_OP_MOE_GEMM) {
+      static const char *const wf[] = {"mxfp4", "fp8", NULL};
+      int f = take_word(&p, "fmt", wf);
+      if (f < 0) return -1;
+      s->wfmt = f == 0 ? DSK_MOE_W_MXFP4 : DSK_MOE_W_FP8;
+    }
+    if (take_int(&p, "N", 128, DSK_MOE_MAX_K, &s->N) || s->N % 128 != 0) return -1;
+    if (take_int(&p, "K", 128, DSK_MOE_MAX_K, &s->K) || s->K % 128 != 0) return -1;
+    if (s->op == DSK_OP_MOE_GEMM) {
+      if (take_int(&p, "E", 1, DSK_MOE_MAX_EXPERTS, &s->E)) return -1;
+      if (take_int(&p, "A", 64, 1 << 20, &s->A) || s->A % 64 != 0) return -1;
+      if (take_int(&p, "topk", 1, DSK_MOE_MAX_TOPK, &s->topk)) return -1;
+    }
   }
   if (take_int(&p, "T", 1, INT32_MAX, &v)) return -1;
   s->T = v;
@@ -240,6 +282,8 @@ void dsk__tune_heuristic(const dsk_ctx *ctx, const dsk__tune_shape *s, dsk_tacti
     out->op = DSK_OP_MHC_PRENORM;
     out->version = DSK_MHC_TACTIC_VERSION;
     out->v[0] = (int32_t)dsk_mhc_splits_heuristic(s->nD, s->T, ctx->info.sm_count);
+  } else if (s->op == DSK_OP_MOE_GEMM || s->op == DSK_OP_MOE_DENSE_GEMM) {
+    dsk__moe_tune_heuristic(ctx, s, out);
   }
 }
 
@@ -254,6 +298,8 @@ int dsk__tune_tactics(const dsk_ctx *ctx, const dsk__tune_shape *s, dsk_tactic *
     n = dsk__sparse_mla_tactics(&d, all);
   } else if (s->op == DSK_OP_MHC_PRENORM) {
     n = dsk__mhc_prenorm_tactics(s->nD, all, DSK__TUNE_MAX_TACTICS);
+  } else if (s->op == DSK_OP_MOE_GEMM || s->op == DSK_OP_MOE_DENSE_GEMM) {
+    n = dsk__moe_tune_tactics(s, all, DSK__TUNE_MAX_TACTICS);
   }
   if (n == 0 || max < 1) return 0;
   int m = 0;
@@ -270,6 +316,7 @@ int dsk__tune_tactic_fix(const dsk__tune_shape *s, dsk_tactic *t) {
     return dsk__sparse_mla_tactic_fix(&d, t);
   }
   if (s->op == DSK_OP_MHC_PRENORM) return dsk__mhc_prenorm_tactic_fix(s->nD, t);
+  if (s->op == DSK_OP_MOE_GEMM || s->op == DSK_OP_MOE_DENSE_GEMM) return dsk__moe_tune_tactic_fix(s, t);
   return 0;
 }
 
@@ -301,6 +348,17 @@ double dsk__tune_estimate_us(const dsk_ctx *ctx, const dsk__tune_shape *s) {
   } else if (s->op == DSK_OP_MHC_PRENORM) {
     fl = 2.0 * (double)s->T * 24 * (double)s->nD;
     by = (double)s->T * (double)s->nD * 2 + 24.0 * (double)s->nD * 4;
+  } else if (s->op == DSK_OP_MOE_GEMM) {
+    /* real rows M; weights of the active experts; A and D over the worst-case M_sum */
+    const double M = (double)dsk__tune_rows(s), E = (double)s->E, A = (double)s->A;
+    const double active = M < E ? M : E;
+    const double msum = ceil((M + active * (A - 1)) / A) * A;
+    const double wb = s->wfmt == DSK_MOE_W_FP8 ? 1.0 + 1.0 / 128 : 0.5 + 1.0 / 32;
+    fl = 2.0 * M * (double)s->N * (double)s->K;
+    by = active * (double)s->N * (double)s->K * wb + msum * (double)s->K + msum * (double)s->N * 2;
+  } else if (s->op == DSK_OP_MOE_DENSE_GEMM) {
+    fl = 2.0 * (double)s->T * (double)s->N * (double)s->K;
+    by = (double)s->N * (double)s->K + (double)s->T * (double)s->K + (double)s->T * (double)s->N * 2;
   }
   double f, b;
   device_rates(ctx, &f, &b);

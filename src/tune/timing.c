@@ -1,6 +1,8 @@
 /* timing.c - timing one key (autotune.md §3): synthetic inputs of the key's
- * size (A6: KV pools of 4x L2 with random slots seeded from the key; never
- * the caller's buffers; scratch within DSK_AUTOTUNE_MAX_MB), every tactic of
+ * size (A6: KV pools of 4x L2 with random slots seeded from the key; MoE
+ * GEMMs with uniform-random routing seeded from the key, every local
+ * expert's weights allocated; never the caller's buffers; scratch within
+ * DSK_AUTOTUNE_MAX_MB), every tactic of
  * the canonical order through dsk_bench_run with the A7 counts and the A8
  * cache state, and the deterministic pick of A9. Called only by
  * dsk_warmup_run (and so `dsk tune`), never from a run call (A10). */
@@ -20,9 +22,11 @@ typedef struct tbuf {
 
 struct dsk__tune_scratch {
   dsk_ctx *ctx;
-  tbuf q, out, ws, slots[2], pool[2], R, fn, partials;
+  tbuf q, out, ws, slots[2], pool[2];  /* sparse_mla_decode */
+  tbuf R, fn, partials;                /* mhc_prenorm */
+  tbuf gA, gsfa, gmind, gB, gsfb, gD, gws; /* moe_gemm, dense_fp8_gemm */
   int pools_set;
-  int32_t *host; /* host staging of slot lists */
+  int32_t *host; /* host staging of slot lists and m_indices */
   int64_t host_n;
 };
 
@@ -38,11 +42,21 @@ static void tbuf_free(dsk_ctx *ctx, tbuf *b) {
   b->bytes = 0;
 }
 
+/* The buffers of one op family: 0 sparse decode, 1 mHC, 2 GEMMs. Setting up
+ * a key frees the other families' buffers, so the scratch held at once
+ * stays within one key's budget. */
+static void release_families(dsk__tune_scratch *s, int keep) {
+  tbuf *fam[3][7] = {{&s->q, &s->out, &s->ws, &s->slots[0], &s->slots[1], &s->pool[0], &s->pool[1]},
+                     {&s->R, &s->fn, &s->partials, NULL, NULL, NULL, NULL},
+                     {&s->gA, &s->gsfa, &s->gmind, &s->gB, &s->gsfb, &s->gD, &s->gws}};
+  for (int f = 0; f < 3; f++)
+    for (int i = 0; f != keep && i < 7; i++)
+      if (fam[f][i]) tbuf_free(s->ctx, fam[f][i]);
+}
+
 void dsk__tune_scratch_free(dsk__tune_scratch *s) {
   if (!s) return;
-  tbuf *all[] = {&s->q, &s->out, &s->ws, &s->slots[0], &s->slots[1], &s->pool[0], &s->pool[1],
-                 &s->R, &s->fn, &s->partials};
-  for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) tbuf_free(s->ctx, all[i]);
+  release_families(s, -1);
   free(s->host);
   free(s);
 }
@@ -67,33 +81,84 @@ static uint64_t mix(uint64_t *s) {
   return z ^ (z >> 31);
 }
 
+static dsk_status host_need(dsk__tune_scratch *sc, int64_t n) {
+  if (sc->host_n >= n) return DSK_STATUS_OK;
+  free(sc->host);
+  sc->host = (int32_t *)malloc(sizeof(int32_t) * (size_t)(n > 0 ? n : 1));
+  sc->host_n = sc->host ? n : 0;
+  if (!sc->host) return dsk__fail(DSK_STATUS_OUT_OF_MEMORY, "autotune: %lld int32 of host staging", (long long)n);
+  return DSK_STATUS_OK;
+}
+
 /* Random slots in [0, capacity) for a T x w list, uploaded to b. */
 static dsk_status fill_slots(dsk__tune_scratch *sc, tbuf *b, int64_t T, int64_t w, int64_t capacity, uint64_t seed) {
   int64_t n = T * w;
   dsk_status st = tbuf_need(sc->ctx, b, n * 4, -1);
   if (st != DSK_STATUS_OK) return st;
-  if (sc->host_n < n) {
-    free(sc->host);
-    sc->host = (int32_t *)malloc(sizeof(int32_t) * (size_t)n);
-    sc->host_n = sc->host ? n : 0;
-    if (!sc->host) return dsk__fail(DSK_STATUS_OUT_OF_MEMORY, "autotune: %lld slots of host staging", (long long)n);
-  }
+  if ((st = host_need(sc, n)) != DSK_STATUS_OK) return st;
   uint64_t s = seed;
   for (int64_t i = 0; i < n; i++) sc->host[i] = (int32_t)(mix(&s) % (uint64_t)capacity);
   return dsk_mem_upload(sc->ctx, b->p, sc->host, (size_t)(n * 4));
 }
 
 /* ------------------------------------------------------ one op's setup */
+/* The m-grouped contiguous layout (spec/mxfp4-moe.md §5.1) of T tokens
+ * routed uniformly at random (A6; seeded from the key) to topk distinct
+ * experts of E each: segments rounded up to A, padding and the tail up to
+ * M_sum -1. Writes M_sum int32 to sc->host. */
+static dsk_status moe_layout(dsk__tune_scratch *sc, int64_t T, int64_t topk, int64_t E, int64_t A, int64_t msum,
+                             uint64_t seed) {
+  dsk_status st = host_need(sc, msum);
+  if (st != DSK_STATUS_OK) return st;
+  int64_t *cnt = (int64_t *)calloc((size_t)E, sizeof *cnt);
+  if (!cnt) return dsk__fail(DSK_STATUS_OUT_OF_MEMORY, "autotune: routing counts");
+  uint64_t r = seed;
+  for (int64_t t = 0; t < T; t++) {
+    int64_t pick[DSK_MOE_MAX_TOPK];
+    for (int64_t k = 0; k < topk; k++) {
+      int64_t e, dup;
+      do { /* distinct experts while topk <= E (rejection terminates); with
+            * expert parallelism E_local may be < topk: then repeats */
+        e = (int64_t)(mix(&r) % (uint64_t)E);
+        dup = 0;
+        for (int64_t j = 0; j < k && topk <= E; j++) dup |= pick[j] == e;
+      } while (dup);
+      pick[k] = e;
+      cnt[e]++;
+    }
+  }
+  int64_t row = 0;
+  for (int64_t e = 0; e < E; e++) {
+    const int64_t seg = (cnt[e] + A - 1) / A * A;
+    /* sum of segments <= T*topk + min(T*topk, E)*(A-1) <= M_sum (worst case) */
+    for (int64_t i = 0; i < seg && row < msum; i++, row++) sc->host[row] = i < cnt[e] ? (int32_t)e : -1;
+  }
+  for (; row < msum; row++) sc->host[row] = -1;
+  free(cnt);
+  return DSK_STATUS_OK;
+}
+
 typedef struct run_args {
   int op;
   dsk_sparse_mla_desc mla;
   dsk_mhc_prenorm_desc mhc;
+  dsk_moe_gemm_desc mg;
+  dsk_dense_gemm_desc dg;
 } run_args;
 
 static dsk_status run_once(dsk_ctx *ctx, void *user) {
   run_args *a = (run_args *)user;
-  if (a->op == DSK_OP_SPARSE_MLA_DECODE) return dsk_sparse_mla_decode(ctx, &a->mla);
-  return dsk_mhc_prenorm(ctx, &a->mhc);
+  switch (a->op) {
+    case DSK_OP_SPARSE_MLA_DECODE: return dsk_sparse_mla_decode(ctx, &a->mla);
+    case DSK_OP_MHC_PRENORM: return dsk_mhc_prenorm(ctx, &a->mhc);
+    case DSK_OP_MOE_GEMM: return dsk_moe_gemm(ctx, &a->mg);
+    default: return dsk_dense_fp8_gemm(ctx, &a->dg);
+  }
+}
+
+static void over_budget(char *skip, size_t skip_len, int64_t total, int64_t budget) {
+  snprintf(skip, skip_len, "needs %.1f MiB of scratch > DSK_AUTOTUNE_MAX_MB %lld", (double)total / (double)MiB,
+           (long long)(budget / MiB));
 }
 
 static int64_t budget_bytes(const dsk__tuner *t) { return dsk__tuner_settings(t)->max_mb * MiB; }
@@ -122,6 +187,7 @@ static dsk_status setup(dsk__tune_scratch *sc, const dsk__tuner *t, const dsk__t
   if (dsk__tune_key(s, 1, key, sizeof key) < 0) return dsk__fail(DSK_STATUS_INVALID_ARG, "autotune: key too long");
   const uint64_t seed = dsk__tune_fnv1a64(key, strlen(key));
   dsk_status st;
+  release_families(sc, s->op == DSK_OP_SPARSE_MLA_DECODE ? 0 : s->op == DSK_OP_MHC_PRENORM ? 1 : 2);
   if (s->op == DSK_OP_SPARSE_MLA_DECODE) {
     const int64_t dqk = s->format == DSK_KV_FORMAT_A656 ? 576 : 512;
     const int64_t qb = s->T * s->H * dqk * 2, ob = s->T * s->H * 512 * 2;
@@ -198,6 +264,85 @@ static dsk_status setup(dsk__tune_scratch *sc, const dsk__tuner *t, const dsk__t
     d->precision = DSK_MHC_PRECISION_FP32;
     return DSK_STATUS_OK;
   }
+  if (s->op == DSK_OP_MOE_GEMM || s->op == DSK_OP_MOE_DENSE_GEMM) {
+    /* Constant operands (e4m3 0x38 = 1.0, e2m1 pairs 0x22 = 1.0, UE8M0
+     * 0x7F = 1.0; every value finite whatever the buffer held before); the
+     * grouped GEMM gets a real routing layout over the worst-case M_sum of
+     * dsk_moe_run (the graph-safe size it runs with). */
+    const int moe = s->op == DSK_OP_MOE_GEMM;
+    const int mx = moe && s->wfmt == DSK_MOE_W_MXFP4;
+    const int64_t N = s->N, K = s->K, G = moe ? s->E : 1;
+    if (moe && (s->topk < 1 || s->topk > DSK_MOE_MAX_TOPK || s->E < 1 || s->A < 64))
+      return dsk__fail(DSK_STATUS_INVALID_ARG, "autotune: moe_gemm key with topk %lld, E %lld, A %lld",
+                       (long long)s->topk, (long long)s->E, (long long)s->A);
+    int64_t rows = s->T;
+    if (moe) {
+      const int64_t M = s->T * s->topk, active = M < s->E ? M : s->E;
+      rows = (M + active * (s->A - 1) + s->A - 1) / s->A * s->A;
+    }
+    const int64_t sfkb = mx ? K / 32 : K / 128;
+    const int64_t ab = rows * K, sfab = dsk_sf_packed_words(1, rows, K / 128) * 4, mib = moe ? rows * 4 : 0;
+    const int64_t bb = G * N * (mx ? K / 2 : K), sfbb = dsk_sf_packed_words(G, N, sfkb) * 4, db = rows * N * 2;
+    const int64_t total = ab + sfab + mib + bb + sfbb + db;
+    if (sfab < 0 || sfbb < 0 || total > budget) {
+      over_budget(skip, skip_len, total, budget);
+      return DSK_STATUS_OK;
+    }
+    *fixed = total;
+    if ((st = tbuf_need(ctx, &sc->gA, ab, 0x38)) != DSK_STATUS_OK) return st;
+    if ((st = tbuf_need(ctx, &sc->gsfa, sfab, 0x7F)) != DSK_STATUS_OK) return st;
+    if ((st = tbuf_need(ctx, &sc->gB, bb, mx ? 0x22 : 0x38)) != DSK_STATUS_OK) return st;
+    if ((st = tbuf_need(ctx, &sc->gsfb, sfbb, 0x7F)) != DSK_STATUS_OK) return st;
+    if ((st = tbuf_need(ctx, &sc->gD, db, -1)) != DSK_STATUS_OK) return st;
+    if (moe) {
+      dsk_moe_gemm_desc *d = &a->mg;
+      if ((st = tbuf_need(ctx, &sc->gmind, mib, -1)) != DSK_STATUS_OK) return st;
+      if ((st = moe_layout(sc, s->T, s->topk, s->E, s->A, rows, seed)) != DSK_STATUS_OK) return st;
+      if ((st = dsk_mem_upload(ctx, sc->gmind.p, sc->host, (size_t)mib)) != DSK_STATUS_OK) return st;
+      d->struct_size = sizeof *d;
+      d->M_sum = rows;
+      d->N = N;
+      d->K = K;
+      d->E_local = s->E;
+      d->A_used = s->A;
+      d->expected_m = s->T * s->topk;
+      d->A = (const uint8_t *)sc->gA.p;
+      d->A_stride = K;
+      d->sfa.words = (const int32_t *)sc->gsfa.p;
+      d->sfa.groups = 1;
+      d->sfa.mn = rows;
+      d->sfa.sf_k = K / 128;
+      d->m_indices = (const int32_t *)sc->gmind.p;
+      d->b_fmt = (dsk_moe_wfmt)s->wfmt;
+      d->B = sc->gB.p;
+      d->sfb.words = (const int32_t *)sc->gsfb.p;
+      d->sfb.groups = G;
+      d->sfb.mn = N;
+      d->sfb.sf_k = sfkb;
+      d->D = (dsk_bf16 *)sc->gD.p;
+      d->D_stride = N;
+    } else {
+      dsk_dense_gemm_desc *d = &a->dg;
+      d->struct_size = sizeof *d;
+      d->M = rows;
+      d->N = N;
+      d->K = K;
+      d->A = (const uint8_t *)sc->gA.p;
+      d->A_stride = K;
+      d->sfa.words = (const int32_t *)sc->gsfa.p;
+      d->sfa.groups = 1;
+      d->sfa.mn = rows;
+      d->sfa.sf_k = K / 128;
+      d->B = (const uint8_t *)sc->gB.p;
+      d->sfb.words = (const int32_t *)sc->gsfb.p;
+      d->sfb.groups = 1;
+      d->sfb.mn = N;
+      d->sfb.sf_k = K / 128;
+      d->D = (dsk_bf16 *)sc->gD.p;
+      d->D_stride = N;
+    }
+    return DSK_STATUS_OK;
+  }
   return dsk__fail(DSK_STATUS_INVALID_ARG, "autotune: op %d is not tunable", s->op);
 }
 
@@ -209,28 +354,56 @@ static dsk_status apply_tactic(dsk__tune_scratch *sc, const dsk__tuner *t, run_a
   *fits = 0;
   int64_t ws = 0;
   dsk_status st;
+  dsk_plan_info pi;
+  memset(&pi, 0, sizeof pi);
+  pi.struct_size = sizeof pi;
+  tbuf *wb = &sc->gws;
   if (a->op == DSK_OP_SPARSE_MLA_DECODE) {
     a->mla.tactic = *tac;
     a->mla.workspace = NULL;
     a->mla.workspace_bytes = 0;
-    dsk_plan_info pi;
-    memset(&pi, 0, sizeof pi);
-    pi.struct_size = sizeof pi;
     if ((st = dsk_sparse_mla_decode_plan(ctx, &a->mla, &pi)) != DSK_STATUS_OK) return st;
     ws = pi.workspace_bytes;
-  } else {
+    wb = &sc->ws;
+  } else if (a->op == DSK_OP_MHC_PRENORM) {
     a->mhc.fixed_splits = tac->v[0];
     ws = (int64_t)tac->v[0] * a->mhc.T * 25 * 4;
-  }
-  if (fixed + ws > budget_bytes(t)) return DSK_STATUS_OK;
-  if ((st = tbuf_need(ctx, a->op == DSK_OP_SPARSE_MLA_DECODE ? &sc->ws : &sc->partials, ws, -1)) != DSK_STATUS_OK)
-    return st;
-  if (a->op == DSK_OP_SPARSE_MLA_DECODE) {
-    a->mla.workspace = ws > 0 ? sc->ws.p : NULL;
-    a->mla.workspace_bytes = ws > 0 ? sc->ws.bytes : 0;
+    wb = &sc->partials;
+  } else if (a->op == DSK_OP_MOE_GEMM) {
+    a->mg.tactic = *tac; /* forced: the plan checks it and never consults the tuner */
+    a->mg.workspace = NULL;
+    a->mg.workspace_bytes = 0;
+    if ((st = dsk_moe_gemm_plan(ctx, &a->mg, &pi)) != DSK_STATUS_OK) return st;
+    ws = pi.workspace_bytes;
   } else {
-    a->mhc.partials = (float *)sc->partials.p;
-    a->mhc.partials_bytes = sc->partials.bytes;
+    a->dg.tactic = *tac;
+    a->dg.workspace = NULL;
+    a->dg.workspace_bytes = 0;
+    if ((st = dsk_dense_fp8_gemm_plan(ctx, &a->dg, &pi)) != DSK_STATUS_OK) return st;
+    ws = pi.workspace_bytes;
+  }
+  if (ws < 0) ws = 0;
+  if (fixed + ws > budget_bytes(t)) return DSK_STATUS_OK;
+  if ((st = tbuf_need(ctx, wb, ws, -1)) != DSK_STATUS_OK) return st;
+  void *wp = ws > 0 ? wb->p : NULL;
+  const int64_t wn = ws > 0 ? wb->bytes : 0;
+  switch (a->op) {
+    case DSK_OP_SPARSE_MLA_DECODE:
+      a->mla.workspace = wp;
+      a->mla.workspace_bytes = wn;
+      break;
+    case DSK_OP_MHC_PRENORM:
+      a->mhc.partials = (float *)wb->p;
+      a->mhc.partials_bytes = wb->bytes;
+      break;
+    case DSK_OP_MOE_GEMM:
+      a->mg.workspace = wp;
+      a->mg.workspace_bytes = wn;
+      break;
+    default:
+      a->dg.workspace = wp;
+      a->dg.workspace_bytes = wn;
+      break;
   }
   *fits = 1;
   return DSK_STATUS_OK;

@@ -87,11 +87,12 @@ static void strmap_free(strmap *m) {
 }
 
 /* -------------------------------------------------------- the state */
-/* Entries of one base key (all fields but T), T ascending. */
+/* Entries of one base key (all fields but T; moe_gemm: but topk and T),
+ * ordered by rows ascending (dsk__tune_rows: T, or T*topk for moe_gemm). */
 typedef struct tune_group {
   char *base;
   int n, cap;
-  int64_t *T;
+  int64_t *T; /* rows */
   int64_t *entry;
   int above_logged; /* T above the largest bucket: logged once at debug (A2) */
 } tune_group;
@@ -119,7 +120,7 @@ struct dsk__tuner {
   tune_miss *m;
   int64_t nm, mcap;
   strmap by_miss;
-  int64_t entries_of_op[2]; /* [0] sparse_mla_decode, [1] mhc_prenorm */
+  int64_t entries_of_op[4]; /* op_slot order: sparse_mla_decode, mhc_prenorm, moe_gemm, dense_fp8_gemm */
   int64_t hits, misses, invalid, stale, loaded, tuned;
 };
 
@@ -134,7 +135,15 @@ static char *dup_str(const char *s) {
   return p;
 }
 
-static int op_slot(int op) { return op == DSK_OP_SPARSE_MLA_DECODE ? 0 : op == DSK_OP_MHC_PRENORM ? 1 : -1; }
+static int op_slot(int op) {
+  switch (op) {
+    case DSK_OP_SPARSE_MLA_DECODE: return 0;
+    case DSK_OP_MHC_PRENORM: return 1;
+    case DSK_OP_MOE_GEMM: return 2;
+    case DSK_OP_MOE_DENSE_GEMM: return 3;
+    default: return -1;
+  }
+}
 
 dsk__tuner *dsk__tuner_get(const dsk_ctx *cctx) {
   if (!cctx) return NULL;
@@ -217,9 +226,10 @@ void dsk__tuner_mark_clean(dsk__tuner *t) {
   for (int64_t i = 0; i < t->n; i++) t->e[i].dirty = 0;
 }
 
-/* Adds entry index ei (key with T) to its base group. */
-static int group_add(dsk__tuner *t, const char *key, int64_t T, int64_t ei) {
-  const char *tpos = strstr(key, ";T=");
+/* Adds entry index ei (key with T, of op) to its base group at order value
+ * T (its rows). */
+static int group_add(dsk__tuner *t, const char *key, int op, int64_t T, int64_t ei) {
+  const char *tpos = strstr(key, dsk__tune_base_end(op));
   if (!tpos) return -1;
   size_t blen = (size_t)(tpos - key) + 1; /* keep the ';' */
   char base[DSK__TUNE_KEY_MAX];
@@ -291,7 +301,8 @@ dsk_status dsk__tuner_put(dsk__tuner *t, const dsk__tune_entry *e) {
   *d = *e;
   d->key = dup_str(e->key);
   if (!d->key) return dsk__fail(DSK_STATUS_OUT_OF_MEMORY, "autotune: out of host memory");
-  if (strmap_add(&t->by_key, t, entry_key, d->key, t->n) != 0 || group_add(t, d->key, s.T, t->n) != 0) {
+  if (strmap_add(&t->by_key, t, entry_key, d->key, t->n) != 0 ||
+      group_add(t, d->key, s.op, dsk__tune_rows(&s), t->n) != 0) {
     free(d->key);
     return dsk__fail(DSK_STATUS_OUT_OF_MEMORY, "autotune: out of host memory");
   }
@@ -307,6 +318,8 @@ static void tactic_text(const dsk_tactic *t, char *buf, size_t n) {
     snprintf(buf, n, "cpb=%d heads=%d", (int)t->v[0], (int)t->v[1]);
   else if (t->op == DSK_OP_MHC_PRENORM)
     snprintf(buf, n, "S=%d", (int)t->v[0]);
+  else if (t->op == DSK_OP_MOE_GEMM || t->op == DSK_OP_MOE_DENSE_GEMM)
+    snprintf(buf, n, "BLOCK_M=%d BLOCK_N=%d split=%d", (int)t->v[0], (int)t->v[1], (int)t->v[2]);
   else
     snprintf(buf, n, "?");
 }
@@ -332,7 +345,8 @@ static void key_text(const char *key, char *buf, size_t n) {
 
 static void record_miss(const dsk_ctx *ctx, dsk__tuner *t, const dsk__tune_shape *keyed, const dsk_tactic *h) {
   dsk__tune_shape ms = *keyed;
-  ms.T = dsk__tune_default_bucket(keyed->T);
+  if (ms.op == DSK_OP_MOE_GEMM && ms.topk < 1) ms.topk = 1; /* a dsk_moe_gemm call: T counts rows */
+  ms.T = dsk__tune_default_bucket(ms.T);
   char key[DSK__TUNE_KEY_MAX];
   if (dsk__tune_key(&ms, 1, key, sizeof key) < 0) return;
   int64_t i = strmap_get(&t->by_miss, t, miss_key, key);
@@ -393,16 +407,19 @@ dsk_status dsk__tune_resolve(const dsk_ctx *ctx, const dsk__tune_shape *s, const
   if (dsk__tune_key(&keyed, 0, base, sizeof base) < 0) return DSK_STATUS_OK;
   int64_t gi = strmap_get(&t->by_base, t, group_key, base);
   const int count = mode == DSK__TUNE_RUN;
+  const int count_miss = count || mode == DSK__TUNE_CAPTURE;
+  const int may_fail = mode == DSK__TUNE_RUN || mode == DSK__TUNE_PLAN;
+  const int64_t rows = dsk__tune_rows(s);
   if (gi >= 0 && t->g[gi].n > 0) {
     tune_group *g = &t->g[gi];
     int k = 0;
-    while (k < g->n - 1 && g->T[k] < s->T) k++; /* smallest bucket >= T, else the largest (A2) */
-    if (count && g->T[k] < s->T && !g->above_logged) {
+    while (k < g->n - 1 && g->T[k] < rows) k++; /* smallest bucket >= T, else the largest (A2) */
+    if (count && g->T[k] < rows && !g->above_logged) {
       g->above_logged = 1;
       char kt[DSK__TUNE_KEY_MAX];
       key_text(base, kt, sizeof kt);
-      dsk__log(ctx, DSK_LOG_DEBUG, "autotune: T %" PRId64 " above the largest bucket %" PRId64 " of %s: using it",
-               s->T, g->T[k], kt);
+      dsk__log(ctx, DSK_LOG_DEBUG, "autotune: %s %" PRId64 " above the largest bucket %" PRId64 " of %s: using it",
+               s->op == DSK_OP_MOE_GEMM ? "rows (T*topk)" : "T", rows, g->T[k], kt);
     }
     dsk_tactic cand = t->e[g->entry[k]].t;
     if (dsk__tune_tactic_fix(s, &cand)) {
@@ -418,24 +435,30 @@ dsk_status dsk__tune_resolve(const dsk_ctx *ctx, const dsk__tune_shape *s, const
       snprintf(wkey, sizeof wkey, "autotune-invalid:%s", t->e[g->entry[k]].key);
       dsk__warn_once(ctx, wkey, "autotune: tuned entry %s does not fit T %" PRId64 " (A5): heuristic", kt, s->T);
     }
-    if (t->set.require_hit && mode != DSK__TUNE_FOLLOW)
+    if (t->set.require_hit && may_fail)
       return dsk__fail(DSK_STATUS_TUNE_MISS,
                        "%s: DSK_AUTOTUNE_REQUIRE_HIT=1 and the tuned entry for T %" PRId64
                        " does not fit the shape (%s)",
                        dsk_op_name((dsk_op)s->op), s->T, base);
     return DSK_STATUS_OK;
   }
-  if (count) {
+  if (count_miss) {
     t->misses++;
     record_miss(ctx, t, &keyed, heuristic);
   }
-  if (t->set.require_hit && mode != DSK__TUNE_FOLLOW) {
+  if (t->set.require_hit && may_fail) {
     char kt[DSK__TUNE_KEY_MAX];
     key_text(base, kt, sizeof kt);
     return dsk__fail(DSK_STATUS_TUNE_MISS, "%s: DSK_AUTOTUNE_REQUIRE_HIT=1 and no tuned entry for %s T=%" PRId64,
                      dsk_op_name((dsk_op)s->op), kt, s->T);
   }
   return DSK_STATUS_OK;
+}
+
+/* ------------------------------------------------------ capture (A10) */
+int dsk__tune_stream_capturing(const dsk_ctx *ctx) {
+  if (!ctx || !ctx->backend || !ctx->backend->stream_capturing) return 0;
+  return ctx->backend->stream_capturing((dsk_ctx *)ctx, NULL) != 0;
 }
 
 /* -------------------------------------------------------------- API */

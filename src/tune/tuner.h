@@ -20,8 +20,8 @@ extern "C" {
 /* The fields of an op key (A1). For lookups it holds the real shape; the
  * key string applies the buckets (T, and the Format B segment-1 width). */
 typedef struct dsk__tune_shape {
-  int op;        /* DSK_OP_SPARSE_MLA_DECODE or DSK_OP_MHC_PRENORM */
-  int64_t T;     /* tokens (a bucket value in keys) */
+  int op;        /* DSK_OP_SPARSE_MLA_DECODE, DSK_OP_MHC_PRENORM, DSK_OP_MOE_GEMM or DSK_OP_MOE_DENSE_GEMM */
+  int64_t T;     /* tokens (a bucket value in keys); moe_gemm with topk 0: rows (T*topk) */
   /* sparse_mla_decode */
   int format;    /* dsk_kv_format */
   int precision; /* dsk_precision */
@@ -30,15 +30,31 @@ typedef struct dsk__tune_shape {
   int64_t w[2], pbs[2];
   /* mhc_prenorm */
   int64_t nD;
+  /* moe_gemm (N, K, wfmt, E, A, topk) and dense_fp8_gemm (N, K) */
+  int64_t N, K;
+  int wfmt;      /* dsk_moe_wfmt of the expert weights */
+  int64_t E;     /* E_local */
+  int64_t A;     /* A_used */
+  int64_t topk;  /* 0 only in lookups of a dsk_moe_gemm call (its descriptor has expected_m = T*topk, not topk) */
 } dsk__tune_shape;
 
 /* 1 if op is tunable. */
 int dsk__tune_op_tunable(int op);
+/* The tactic version of a tunable op (entries of another version are stale). */
+int32_t dsk__tune_tactic_version(int op);
 /* The key string "op=<name>;kb=<id>;<fields>;T=<T>;" of a shape whose widths
- * and T are used as given (callers bucket first). with_T = 0 stops before
- * "T=" (the base key shared by all token buckets). Returns the length, or
- * -1 if it does not fit. */
+ * and T are used as given (callers bucket first). with_T = 0 gives the base
+ * key whose entries form one token-bucket group: it stops before "T=", and
+ * for moe_gemm before "topk=" (its group is ordered by rows = T*topk, so a
+ * dsk_moe_gemm call that knows only expected_m finds it). Returns the
+ * length, or -1 if it does not fit. */
 int dsk__tune_key(const dsk__tune_shape *s, int with_T, char *buf, size_t n);
+/* The order value of a shape inside its base-key group: T, or for moe_gemm
+ * the rows T*topk (T itself when topk is 0). */
+int64_t dsk__tune_rows(const dsk__tune_shape *s);
+/* Where the base key ends in a key string of op: ";T=" or ";topk=" (the ';'
+ * stays in the base). */
+const char *dsk__tune_base_end(int op);
 /* Parses a key string. Returns 0 and fills s and kb (16 hex digits + NUL),
  * or -1 (unknown op, malformed, fields out of range). */
 int dsk__tune_parse_key(const char *key, dsk__tune_shape *s, char kb[17]);
@@ -75,7 +91,9 @@ int dsk__tune_width_buckets(int64_t max_width, int64_t *out, int max);
 typedef enum dsk__tune_mode {
   DSK__TUNE_RUN = 0,    /* a run call: counts hits/misses, warns, REQUIRE_HIT applies */
   DSK__TUNE_PLAN = 1,   /* a plan call: no counting; REQUIRE_HIT applies */
-  DSK__TUNE_FOLLOW = 2  /* re-derivation (mhc_pre) or warmup: no counting, never fails */
+  DSK__TUNE_FOLLOW = 2, /* re-derivation (mhc_pre), dsk_op_supported or warmup: no counting, never fails */
+  DSK__TUNE_CAPTURE = 3 /* warmup while the stream captures a graph (A10): a missing entry counts a miss
+                           (listed, warned) and never fails; an entry is used without counting */
 } dsk__tune_mode;
 
 /* The tactic of a run whose tactic is not forced: the tuned entry of the
@@ -84,6 +102,12 @@ typedef enum dsk__tune_mode {
  * (DSK_AUTOTUNE_REQUIRE_HIT=1, modes RUN and PLAN). */
 dsk_status dsk__tune_resolve(const dsk_ctx *ctx, const dsk__tune_shape *s, const dsk_tactic *heuristic, int mode,
                              dsk_tactic *out, int *source);
+
+/* A10: 1 if the context's stream is capturing a CUDA graph (the backend's
+ * stream_capturing slot; NULL = never). While it is, nothing is timed or
+ * launched by warmup: a key resolves to its entry or the heuristic (mode
+ * DSK__TUNE_CAPTURE). */
+int dsk__tune_stream_capturing(const dsk_ctx *ctx);
 
 /* ------------------------------------------------------- tuner state */
 typedef struct dsk__tune_entry {
@@ -183,6 +207,23 @@ dsk_status dsk__tune_time_key(dsk_ctx *ctx, dsk__tune_scratch *sc, const dsk__tu
 /* Runs the op once on synthetic inputs with tactic t (warmup pre-run). */
 dsk_status dsk__tune_prerun_key(dsk_ctx *ctx, dsk__tune_scratch *sc, const dsk__tune_shape *s, const dsk_tactic *t,
                                 char *skip_reason, size_t skip_len);
+
+/* dsk_warmup_run with the A10 capture check answered by `assume_capturing`
+ * (1: as if the backend reported a capture, for the CPU tests) or by the
+ * backend (0). */
+dsk_status dsk__warmup_run(dsk_ctx *ctx, const dsk_warmup_list *l, unsigned flags, dsk_warmup_progress_fn progress,
+                           void *user, int assume_capturing);
+
+/* ---------------------------------------------------- MoE tactic sets */
+/* src/ops/moe.c: the tactic sets of moe_gemm (BLOCK_M in {64, 128} dividing
+ * A, BLOCK_N in {64, 128, 256}, split-K in {1, 2, 4} with (K / split) % 128
+ * == 0; autotune.md §1) and dense_fp8_gemm (BLOCK_M in {16, 32, 64, 128}),
+ * in the op's fixed order (BLOCK_M, then BLOCK_N, then split ascending);
+ * their heuristics for a shape (rows = dsk__tune_rows); and the A5 check of
+ * a stored tactic against the real shape (1 = usable). */
+int dsk__moe_tune_tactics(const dsk__tune_shape *s, dsk_tactic *out, int max);
+int dsk__moe_tune_tactic_fix(const dsk__tune_shape *s, dsk_tactic *t);
+void dsk__moe_tune_heuristic(const dsk_ctx *ctx, const dsk__tune_shape *s, dsk_tactic *out);
 
 /* ------------------------------------------------------ model parsing */
 /* config.json text -> model (the buffer form of dsk_model_desc_from_config). */

@@ -58,25 +58,125 @@ static dsk_status add_token_buckets(dsk_warmup_list *l, dsk__tune_shape s, const
   return DSK_STATUS_OK;
 }
 
-/* HOOK(moe): MoE keys. moe.gemm (DSK_OP_MOE_GEMM) and dense_fp8.gemm
- * (DSK_OP_MOE_DENSE_GEMM) exist in dsk.h but are not wired into the tuner
- * yet. To wire them: key fields and
- * parsing in keys.c (N, K, E_local, topk, A_used, formats; T bucketed),
- * their tactic set / A5 check next to their heuristic in src/ops/moe*.c,
- * dsk__tune_resolve in their all-zero-tactic path, synthetic inputs in
- * timing.c (uniform-random routing, fixed seed: A6), and here the keys of
- * autotune.md §6's table: FC1 / FC2 with E_local = E (or E/tp with
- * serving->ep), every A_used reachable inside each token bucket (A5), the
- * shared expert and the dense MLP layers (model->first_k_dense). Today: no
- * keys. */
-static dsk_status enumerate_moe(dsk_warmup_list *l, const dsk_model_desc *m, const dsk_serving_desc *sv,
-                                const int64_t *Tb, int nT) {
-  (void)l;
-  (void)m;
-  (void)sv;
-  (void)Tb;
-  (void)nT;
-  return DSK_STATUS_OK;
+/* MoE keys (autotune.md §6's table): moe_gemm FC1 (N = 2I/t, K = H) and FC2
+ * (N = H, K = I/t) with E_local = E, or with expert parallelism whole
+ * experts (I not sharded) and E_local = E/t; at every token bucket, one key
+ * per A_used that dsk_moe_run reaches for the token counts the bucket
+ * serves (A5); then dense_fp8_gemm for the shared expert ((2 I_s/t, H),
+ * (H, I_s/t), I_s = I * n_shared) and the dense MLP layers
+ * (first_k_dense: (2 I_d/t, H), (H, I_d/t)). Expert weights: MXFP4 for
+ * DeepSeek-V4 (Format B models), FP8 otherwise. An op the context's backend
+ * does not serve, or a geometry the MoE ops cannot run (a dimension that is
+ * not a multiple of 128, t not dividing it), yields no keys (logged at
+ * info), so warmup never fails on it. */
+static int gemm_dim_ok(int64_t v) { return v >= 128 && v <= DSK_MOE_MAX_K && v % 128 == 0; }
+
+/* A_used of dsk_moe_run (dsk's (128, 64, 64) family, cap 128) at T tokens. */
+static int64_t moe_a_used(int64_t T, int64_t topk, int64_t E_local) {
+  dsk_moe_align_desc ad;
+  memset(&ad, 0, sizeof ad);
+  ad.struct_size = sizeof ad;
+  ad.M = T;
+  ad.topk = topk;
+  ad.E_local = E_local;
+  ad.family = DSK_MOE_ALIGN_DSK;
+  int64_t ms = 0, au = 0;
+  if (dsk_moe_aligned_m(&ad, &ms, &au) != DSK_STATUS_OK) return 0;
+  return au;
+}
+
+static dsk_status add_dense(dsk_warmup_list *l, int64_t N, int64_t K, const int64_t *Tb, int nT, const char *what) {
+  dsk__tune_shape s;
+  memset(&s, 0, sizeof s);
+  s.op = DSK_OP_MOE_DENSE_GEMM;
+  s.N = N;
+  s.K = K;
+  char label[80];
+  snprintf(label, sizeof label, "%s N=%lld K=%lld", what, (long long)N, (long long)K);
+  return add_token_buckets(l, s, Tb, nT, label);
+}
+
+static dsk_status enumerate_moe(dsk_ctx *ctx, dsk_warmup_list *l, const dsk_model_desc *m, const dsk_serving_desc *sv,
+                                const int64_t *Tb, int nT, int64_t max_tokens) {
+  const int64_t tp = sv->tp > 0 ? sv->tp : 1, H = m->hidden_size;
+  const char *bname = ctx->backend->name;
+  dsk_status st = DSK_STATUS_OK;
+  const int64_t E = m->n_routed_experts, topk = m->num_experts_per_tok, I = m->moe_intermediate_size;
+  if (E > 0 && topk > 0 && I > 0) {
+    const int64_t El = sv->ep ? E / tp : E, Ir = sv->ep ? I : I / tp;
+    const char *why = NULL;
+    if (!ctx->backend->moe_gemm)
+      why = "the backend does not serve it";
+    else if (sv->ep && E % tp != 0)
+      why = "tp does not divide the routed experts (expert parallel)";
+    else if (!sv->ep && I % tp != 0)
+      why = "tp does not divide moe_intermediate_size";
+    else if (!gemm_dim_ok(H) || !gemm_dim_ok(Ir) || !gemm_dim_ok(2 * Ir))
+      why = "hidden_size or the intermediate size per rank is not a multiple of 128 in 128..131072";
+    else if (El < 1 || El > DSK_MOE_MAX_EXPERTS || topk > DSK_MOE_MAX_TOPK || topk > E)
+      why = "experts per rank not in 1..1024, or top-k not in 1..min(E, 16)";
+    if (why) {
+      dsk__log(ctx, DSK_LOG_INFO, "warmup: no moe_gemm keys on %s for %s: %s", bname, m->name, why);
+    } else {
+      dsk__tune_shape s;
+      memset(&s, 0, sizeof s);
+      s.op = DSK_OP_MOE_GEMM;
+      s.wfmt = m->kv_format == DSK_KV_FORMAT_B584 ? DSK_MOE_W_MXFP4 : DSK_MOE_W_FP8;
+      s.E = El;
+      s.topk = topk;
+      for (int fc = 1; fc <= 2 && st == DSK_STATUS_OK; fc++) {
+        s.N = fc == 1 ? 2 * Ir : H;
+        s.K = fc == 1 ? H : Ir;
+        for (int i = 0; i < nT && st == DSK_STATUS_OK; i++) {
+          /* T in (previous bucket, this bucket] (the last bucket also serves
+           * T up to max_tokens). A_used grows with T and takes only the
+           * values 64 and 128, so the ends of the range give every value. */
+          const int64_t lo = i > 0 ? Tb[i - 1] + 1 : 1;
+          const int64_t hi = i == nT - 1 && max_tokens > Tb[i] ? max_tokens : Tb[i];
+          const int64_t a_lo = moe_a_used(lo, topk, El), a_hi = moe_a_used(hi, topk, El);
+          const int64_t av[2] = {a_lo, a_hi};
+          for (int k = 0; k < 2 && st == DSK_STATUS_OK; k++) {
+            if (av[k] < 64 || (k == 1 && av[1] == av[0])) continue;
+            s.A = av[k];
+            s.T = Tb[i];
+            char label[80];
+            snprintf(label, sizeof label, "MoE FC%d %s N=%lld K=%lld A=%lld", fc,
+                     s.wfmt == DSK_MOE_W_FP8 ? "fp8" : "mxfp4", (long long)s.N, (long long)s.K, (long long)s.A);
+            st = add_item(l, &s, label);
+          }
+        }
+      }
+    }
+  }
+  if (st != DSK_STATUS_OK) return st;
+  /* dense_fp8_gemm: the shared expert, then the dense MLP layers */
+  struct {
+    int64_t I;
+    const char *what;
+  } dense[2] = {{m->n_shared_experts > 0 && I > 0 ? I * m->n_shared_experts : 0, "shared expert"},
+                {m->first_k_dense > 0 ? m->dense_intermediate_size : 0, "dense MLP"}};
+  for (int j = 0; j < 2 && st == DSK_STATUS_OK; j++) {
+    if (dense[j].I <= 0) continue;
+    const int64_t Ir = dense[j].I / tp;
+    const char *why = NULL;
+    if (!ctx->backend->dense_fp8_gemm)
+      why = "the backend does not serve it";
+    else if (dense[j].I % tp != 0)
+      why = "tp does not divide the intermediate size";
+    else if (!gemm_dim_ok(H) || !gemm_dim_ok(Ir) || !gemm_dim_ok(2 * Ir))
+      why = "hidden_size or the intermediate size per rank is not a multiple of 128 in 128..131072";
+    if (why) {
+      dsk__log(ctx, DSK_LOG_INFO, "warmup: no dense_fp8_gemm keys (%s) on %s for %s: %s", dense[j].what, bname,
+               m->name, why);
+      continue;
+    }
+    char what[40];
+    snprintf(what, sizeof what, "%s FC1", dense[j].what);
+    st = add_dense(l, 2 * Ir, H, Tb, nT, what);
+    snprintf(what, sizeof what, "%s FC2", dense[j].what);
+    if (st == DSK_STATUS_OK) st = add_dense(l, H, Ir, Tb, nT, what);
+  }
+  return st;
 }
 
 static dsk_status check_model(const dsk_model_desc *m) {
@@ -245,7 +345,7 @@ dsk_status dsk_warmup_enumerate(dsk_ctx *ctx, const dsk_model_desc *m, const dsk
     snprintf(label, sizeof label, "DSA top-%lld", (long long)m->index_topk);
     st = add_token_buckets(l, s, Tb, nT, label);
   }
-  if (st == DSK_STATUS_OK) st = enumerate_moe(l, m, sv, Tb, nT);
+  if (st == DSK_STATUS_OK) st = enumerate_moe(ctx, l, m, sv, Tb, nT, max_tokens);
   if (st != DSK_STATUS_OK) {
     dsk_warmup_list_free(l);
     return st;
@@ -289,13 +389,22 @@ static double now_s(void) {
 }
 
 static int op_served(const dsk_ctx *ctx, int op) {
-  if (op == DSK_OP_SPARSE_MLA_DECODE) return ctx->backend->sparse_mla_decode != NULL;
-  if (op == DSK_OP_MHC_PRENORM) return ctx->backend->mhc_prenorm != NULL;
-  return 0;
+  switch (op) {
+    case DSK_OP_SPARSE_MLA_DECODE: return ctx->backend->sparse_mla_decode != NULL;
+    case DSK_OP_MHC_PRENORM: return ctx->backend->mhc_prenorm != NULL;
+    case DSK_OP_MOE_GEMM: return ctx->backend->moe_gemm != NULL;
+    case DSK_OP_MOE_DENSE_GEMM: return ctx->backend->dense_fp8_gemm != NULL;
+    default: return 0;
+  }
 }
 
 dsk_status dsk_warmup_run(dsk_ctx *ctx, const dsk_warmup_list *l, unsigned flags, dsk_warmup_progress_fn progress,
                           void *user) {
+  return dsk__warmup_run(ctx, l, flags, progress, user, 0);
+}
+
+dsk_status dsk__warmup_run(dsk_ctx *ctx, const dsk_warmup_list *l, unsigned flags, dsk_warmup_progress_fn progress,
+                           void *user, int assume_capturing) {
   if (!ctx) return dsk__fail(DSK_STATUS_INVALID_ARG, "dsk_warmup_run: ctx is NULL");
   if (!l) return dsk__fail(DSK_STATUS_INVALID_ARG, "dsk_warmup_run: list is NULL");
   if (flags & ~(DSK_WARMUP_NO_TUNE | DSK_WARMUP_FORCE | DSK_WARMUP_NO_SAVE))
@@ -308,7 +417,7 @@ dsk_status dsk_warmup_run(dsk_ctx *ctx, const dsk_warmup_list *l, unsigned flags
   dsk__tune_scratch *sc = dsk__tune_scratch_new(ctx);
   if (!sc) return dsk__fail(DSK_STATUS_OUT_OF_MEMORY, "dsk_warmup_run: out of host memory");
   const double t0 = now_s();
-  int64_t tuned = 0;
+  int64_t tuned = 0, captured = 0;
   dsk_status st = DSK_STATUS_OK;
   for (int64_t i = 0; i < l->n && st == DSK_STATUS_OK; i++) {
     const warmup_item *w = &l->it[i];
@@ -327,9 +436,24 @@ dsk_status dsk_warmup_run(dsk_ctx *ctx, const dsk_warmup_list *l, unsigned flags
     p.item = &item;
     p.us_best = p.us_heuristic = -1;
     char reason[200] = "";
+    int in_capture = 0;
     if (!op_served(ctx, w->s.op)) {
       snprintf(reason, sizeof reason, "backend %s does not serve %s", ctx->backend->name, dsk_op_name(item.op));
       p.action = DSK_WARMUP_SKIPPED;
+    } else if (assume_capturing || dsk__tune_stream_capturing(ctx)) {
+      /* A10: the stream is capturing a CUDA graph: nothing is timed,
+       * allocated or launched; the key keeps its entry, or the heuristic
+       * stands in and the key counts as a miss (listed, warned once). */
+      dsk_tactic h, use;
+      dsk__tune_heuristic(ctx, &w->s, &h);
+      int src = DSK_TACTIC_HEURISTIC;
+      dsk__tune_resolve(ctx, &w->s, &h, DSK__TUNE_CAPTURE, &use, &src);
+      snprintf(reason, sizeof reason, "the stream is capturing a CUDA graph (A10): not timed or run; %s",
+               src == DSK_TACTIC_TUNED ? "its tuned entry stays" : "the heuristic stands in (a miss)");
+      p.tactic = use;
+      p.action = DSK_WARMUP_SKIPPED;
+      in_capture = 1;
+      captured++;
     } else {
       const dsk__tune_entry *e = dsk__tuner_find(t, w->key);
       if (!no_tune && (!e || force)) {
@@ -371,7 +495,7 @@ dsk_status dsk_warmup_run(dsk_ctx *ctx, const dsk_warmup_list *l, unsigned flags
     }
     p.reason = reason[0] ? reason : NULL;
     p.elapsed_s = now_s() - t0;
-    if (p.action == DSK_WARMUP_SKIPPED) {
+    if (p.action == DSK_WARMUP_SKIPPED && !in_capture) { /* a capture warns once, after the loop */
       char k[DSK__TUNE_KEY_MAX + 16];
       snprintf(k, sizeof k, "warmup-skip:%s", w->key);
       dsk__warn_once(ctx, k, "warmup: %s skipped: %s", w->label, reason);
@@ -382,6 +506,11 @@ dsk_status dsk_warmup_run(dsk_ctx *ctx, const dsk_warmup_list *l, unsigned flags
                (long long)tuned, now_s() - t0);
   }
   dsk__tune_scratch_free(sc);
+  if (captured)
+    dsk__log(ctx, DSK_LOG_WARN,
+             "warmup: the context's stream was capturing a CUDA graph: %lld of %lld keys were not timed (A10); run "
+             "dsk_warmup_run outside the capture",
+             (long long)captured, (long long)l->n);
   /* Save what was tuned (or imported) so far, even after an error. */
   int dirty = 0;
   for (int64_t i = 0; i < dsk__tuner_count(t) && !dirty; i++) dirty = dsk__tuner_at(t, i)->dirty;

@@ -212,3 +212,19 @@ extern "C" dsk_status dsk__cuda_synchronize(dsk_ctx *ctx, void *stream) {
   DSK_CUDA_TRY("dsk_ctx_synchronize", cudaStreamSynchronize(dsk__cuda_stream(ctx, stream)));
   return DSK_STATUS_OK;
 }
+
+/* A10: no cudaSetDevice and no synchronization (both would be illegal or
+ * disruptive during a capture); cudaStreamIsCapturing is a legal query on a
+ * capturing stream. An error (the status cannot be read) answers 1, so the
+ * tuner stays away from the device, and is cleared so that the next launch
+ * check does not report it. */
+extern "C" int dsk__cuda_stream_capturing(dsk_ctx *ctx, void *stream) {
+  if (!ctx) return 0;
+  cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+  cudaError_t e = cudaStreamIsCapturing(dsk__cuda_stream(ctx, stream), &cs);
+  if (e != cudaSuccess) {
+    cudaGetLastError();
+    return 1;
+  }
+  return cs != cudaStreamCaptureStatusNone;
+}

@@ -35,6 +35,9 @@ dsk_status dsk__cuda_mem_upload(dsk_ctx *ctx, void *dst, const void *src, size_t
 dsk_status dsk__cuda_mem_download(dsk_ctx *ctx, void *dst, const void *src, size_t bytes);
 dsk_status dsk__cuda_mem_set(dsk_ctx *ctx, void *dst, int byte, size_t bytes);
 dsk_status dsk__cuda_synchronize(dsk_ctx *ctx, void *stream);
+/* cudaStreamIsCapturing on the stream (NULL = the context's): 1 when
+ * capturing or when the status cannot be read, else 0 (autotune.md A10). */
+int dsk__cuda_stream_capturing(dsk_ctx *ctx, void *stream);
 
 /* cuda_bench.cu */
 dsk_status dsk__cuda_bench_samples(dsk_ctx *ctx, dsk_bench_fn fn, void *user, const dsk_bench_opts *o,

@@ -26,7 +26,8 @@
   .topk_workspace = dsk__cuda_topk_workspace,             \
   .topk = dsk__cuda_topk,                                 \
   .bench_samples = dsk__cuda_bench_samples,               \
-  .bench_copy = dsk__cuda_bench_copy
+  .bench_copy = dsk__cuda_bench_copy,                     \
+  .stream_capturing = dsk__cuda_stream_capturing
 
 const dsk_backend dsk__backend_cuda_sm90 = {
     .name = "cuda-sm90",
