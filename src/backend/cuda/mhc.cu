@@ -2,20 +2,31 @@
  * projection (dsk_mhc_prenorm, and the projection of dsk_mhc_head), the
  * per-token finish (dsk_mhc_pre: split sums, RMS factor, sigmoids, Sinkhorn,
  * weighted stream sum, optional fused RMSNorm; the head's finish), and
- * dsk_mhc_post. Portable CUDA (plain fp32 FMA on CUDA cores, warp shuffles;
- * no wgmma, TMEM, clusters or tensor-core MMA): one source for sm_90 and
- * sm_120a/121a, at most ~36 KB of shared memory per block.
+ * dsk_mhc_post. Portable CUDA (fp32 FMA on CUDA cores, cp.async, warp
+ * shuffles, griddepcontrol; no wgmma, TMEM, clusters or tensor-core MMA):
+ * one source for sm_90 and sm_120a/121a, at most ~45 KB of shared memory per
+ * block (dsk__cuda_mhc_smem_bytes).
  *
  * Descriptors arrive validated (src/ops/mhc.c): T >= 1, D a multiple of 8,
  * nD = 4 D, every vector-accessed tensor 16-byte aligned with 16-byte row
  * strides, S = tactic->v[0] in 1..S_max.
  *
- * Summation orders (fixed, independent of T, so a pinned S gives
- * batch-invariant bits):
- *  - projection of (token, split s): lane l of one warp owns the columns
- *    kb + 8 l + 256 i + c (c = 0..7, i ascending), accumulating with fmaf in
- *    that order; the 32 lane sums are combined by a butterfly of
- *    __shfl_xor_sync (16, 8, 4, 2, 1). Empty splits write 0.
+ * Launches. Every kernel is launched with programmatic stream serialization
+ * (PDL) and starts with griddepcontrol.wait before its first global memory
+ * access, then griddepcontrol.launch_dependents: a kernel's launch and block
+ * scheduling overlap the tail of the kernel before it (another mHC op's or
+ * any other), while no memory is touched before everything earlier in the
+ * stream is complete and visible. So a predecessor of any kind is safe.
+ *
+ * Summation orders (fixed, independent of T and of the token tiling, so a
+ * pinned S gives batch-invariant bits):
+ *  - projection of (token, split s, output j) and the split's sum of
+ *    squares: lane l of a warp owns the columns kb + 8 l + 256 i + c
+ *    (c = 0..7, i ascending), accumulating with fmaf in (i, c) order from 0;
+ *    the 32 lane sums are combined by the xor tree of masks 16, 8, 4, 2, 1
+ *    (pairs differing in lane bit 4 first). The kernel evaluates that tree
+ *    by recursive halving (each step sends half of the values, same tree,
+ *    same bits as a full butterfly). Empty splits write 0.
  *  - finish: the S partials are summed in ascending s (fp32), as the
  *    reference does in fp64; y = fmaf chain over streams i = 0..3.
  * TF32: fn is rounded to TF32 (nearest, ties away: the same bit rule as the
@@ -28,10 +39,42 @@
 
 namespace {
 
-constexpr int kFinishThreads = 256;
+/* projection */
+constexpr int kProjWarps = 4;  /* warps per CTA: the NOUT outputs in NOUT/4-row groups */
+constexpr int kChunk = 256;    /* columns of one lane round: 32 lanes x 8 */
+/* finish */
+constexpr int kYWarps = 8;                          /* warps forming y; warp 0 does the scalar work */
+constexpr int kFinishThreads = 32 * (1 + kYWarps);  /* 288 */
+constexpr int kYThreads = 32 * kYWarps;             /* 256 */
+constexpr int kPartChunk = 128; /* splits staged in shared memory per round (S_max of DSv4 fits one) */
+constexpr int kPrefetch = 4;    /* R vectors per stream per y thread loaded before the scalar work */
+/* post */
 constexpr int kPostThreads = 128;
-constexpr int kPartChunk = 128; /* splits staged in shared memory per round of the finish kernel (S_max of DSv4 fits one) */
-constexpr int kPrefetch = 2;    /* R vectors per thread loaded before the per-token scalar work */
+
+/* ------------------------------------------------------------ utilities */
+__device__ __forceinline__ void pdl_wait() { asm volatile("griddepcontrol.wait;\n" ::: "memory"); }
+__device__ __forceinline__ void pdl_launch_dependents() { asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory"); }
+
+__device__ __forceinline__ uint32_t smem_u32(const void *p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+/* cp.async of 16 / 8 bytes; with valid == false the destination is
+ * zero-filled and nothing is read. */
+__device__ __forceinline__ void cp_async16(void *dst, const void *src, bool valid) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_u32(dst)), "l"(src),
+               "r"(valid ? 16 : 0)
+               : "memory");
+}
+__device__ __forceinline__ void cp_async8(void *dst, const void *src, bool valid) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;\n" ::"r"(smem_u32(dst)), "l"(src), "r"(valid ? 8 : 0)
+               : "memory");
+}
+__device__ __forceinline__ void cp_async4(void *dst, const void *src) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(smem_u32(dst)), "l"(src) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+__device__ __forceinline__ void cp_async_wait1() { asm volatile("cp.async.wait_group 1;\n" ::: "memory"); }
+__device__ __forceinline__ void cp_async_wait0() { asm volatile("cp.async.wait_group 0;\n" ::: "memory"); }
 
 __device__ __forceinline__ float bf16_lo(uint32_t w) { return __uint_as_float(w << 16); }
 __device__ __forceinline__ float bf16_hi(uint32_t w) { return __uint_as_float(w & 0xFFFF0000u); }
@@ -59,6 +102,9 @@ __device__ __forceinline__ uint4 pack8(const float *y) {
   v.w = pack_bf16(y[6], y[7]);
   return v;
 }
+/* 16 bytes of global memory with a plain (coherent) load: the data may have
+ * been written by the kernel just before this one in the stream. */
+__device__ __forceinline__ uint4 ld16(const uint16_t *p) { return *reinterpret_cast<const uint4 *>(p); }
 
 /* TF32 rounding: keep 10 mantissa bits, nearest, ties away (cvt.rna). */
 __device__ __forceinline__ float tf32_rna(float x) {
@@ -75,87 +121,197 @@ __device__ __forceinline__ float warp_sum(float v) {
 
 __device__ __forceinline__ float sigmoidf_(float z) { return 1.0f / (1.0f + expf(-z)); }
 
+/* 1/x for the Sinkhorn sums (x in ~[1e-6, 5]: no denormals): the hardware
+ * approximation, at most 1 ulp off (PTX ISA). A row or column then shares
+ * one reciprocal, so an error of the reciprocal rescales the whole row or
+ * column, which the next normalisation corrects. Host model of the whole
+ * iteration (rcp off by +-1 ulp at random) vs fp64, 200k matrices each:
+ * entries within 3.5e-7 for logits U[-1, 1] and N(0, s^2), s = 1, 4, 8
+ * (bound 1e-5); row / column sums within 1.4e-6 of 1 on U[-1, 1]. */
+__device__ __forceinline__ float rcp_approx(float x) {
+  float r;
+  asm("rcp.approx.ftz.f32 %0, %1;\n" : "=f"(r) : "f"(x));
+  return r;
+}
+
+/* Cross-lane sum of v[0..N) over the 32 lanes by the xor tree 16, 8, 4, 2, 1
+ * (the bits of warp_sum), halving the values while N is even: at mask O a
+ * lane keeps the half selected by its lane bit O and adds the partner's copy
+ * of it. Afterwards lane l holds, in v[0 .. reduced_count(N)), the sums of
+ * the original indices off + i; lanes differing only in bits of `dup` hold
+ * the same values (full-butterfly steps taken once N became odd). */
+template <int N, int O>
+__device__ __forceinline__ void xor_reduce(float *v, int lane, int &off, int &dup) {
+  if constexpr (O > 0) {
+    if constexpr (N % 2 == 0) {
+      constexpr int H = N / 2;
+      const bool up = (lane & O) != 0;
+#pragma unroll
+      for (int i = 0; i < H; i++) {
+        const float send = up ? v[i] : v[i + H];
+        const float keep = up ? v[i + H] : v[i];
+        v[i] = keep + __shfl_xor_sync(0xffffffffu, send, O);
+      }
+      if (up) off += H;
+      xor_reduce<H, O / 2>(v, lane, off, dup);
+    } else {
+#pragma unroll
+      for (int i = 0; i < N; i++) v[i] += __shfl_xor_sync(0xffffffffu, v[i], O);
+      dup |= O;
+      xor_reduce<N, O / 2>(v, lane, off, dup);
+    }
+  }
+}
+__host__ __device__ constexpr int reduced_count(int n) {
+  for (int o = 16; o; o >>= 1)
+    if (n % 2 == 0) n /= 2;
+  return n;
+}
+
 /* ---------------------------------------------------------------- projection
- * grid (ceil(T / (TM * warps)), S); each warp owns TM consecutive tokens and
- * the whole column range of split blockIdx.y. Outputs: d [S, T, NOUT] and
- * q [S, T]. */
-template <int NOUT, int TM, bool TF32>
-__global__ void __launch_bounds__(256) mhc_project_kernel(const uint16_t *__restrict__ R, int64_t R_stride,
-                                                         const float *__restrict__ fn, int64_t T, int64_t nD,
-                                                         int64_t Kc, float *__restrict__ dout,
-                                                         float *__restrict__ qout) {
-  const int lane = threadIdx.x & 31;
-  const int warp = threadIdx.x >> 5;
-  const int nwarps = blockDim.x >> 5;
+ * grid (ceil(T / TT), S), 128 threads. CTA = split s (blockIdx.y) x TT
+ * consecutive tokens; warp g owns outputs g*TN .. g*TN+TN-1 (TN = NOUT/4) of
+ * all TT tokens and the sums of squares of tokens m = g (mod 4). The split's
+ * columns stream through shared memory in stages of half a lane round
+ * (stage 2i+h: for every lane l the columns kb + 256 i + 8 l + 4 h + 0..3 of
+ * the NOUT fn rows and of the TT tokens), double-buffered with cp.async.
+ * Each lane keeps its 4 x TN fn values of the stage in registers and walks
+ * the tokens. Outputs d [S, T, NOUT], q [S, T]. */
+struct ProjParams {
+  const uint16_t *R;
+  int64_t R_stride;
+  const float *fn;
+  int64_t T, nD, Kc;
+  float *d, *q;
+};
+
+template <int NOUT, int TT>
+struct ProjSmem {
+  float fn[2][NOUT][32][4];
+  uint2 x[2][TT][32];
+};
+
+template <int NOUT, int TT, bool TF32>
+__global__ void __launch_bounds__(32 * kProjWarps) mhc_project_kernel(const ProjParams p) {
+  constexpr int NW = kProjWarps, NT = 32 * NW, TN = NOUT / NW;
+  constexpr int SQN = (TT + NW - 1) / NW;      /* sums of squares per warp */
+  constexpr int FN_CP = NOUT * 32 / NT;        /* 16-byte fn copies per thread and stage */
+  constexpr int X_CP = (TT * 32 + NT - 1) / NT; /* 8-byte x copies per thread and stage */
+  static_assert(NOUT % NW == 0 && (NOUT * 32) % NT == 0, "fn rows must split evenly over the warps");
+  __shared__ __align__(16) ProjSmem<NOUT, TT> sm;
+
+  const int tid = threadIdx.x, lane = tid & 31, g = tid >> 5;
   const int64_t s = blockIdx.y;
-  const int64_t t0 = ((int64_t)blockIdx.x * nwarps + warp) * TM;
-  if (t0 >= T) return; /* whole warp: no block-level synchronisation below */
-  int64_t kb = s * Kc, ke = kb + Kc;
-  if (kb > nD) kb = nD;
-  if (ke > nD) ke = nD;
+  const int64_t t0 = (int64_t)blockIdx.x * TT;
+  const int ntok = (int)min((int64_t)TT, p.T - t0); /* >= 1 by the grid */
+  int64_t kb = s * p.Kc;
+  if (kb > p.nD) kb = p.nD;
+  int64_t ke = kb + p.Kc;
+  if (ke > p.nD) ke = p.nD;
+  const int width = (int)(ke - kb); /* a multiple of 32 (nD is) */
+  const int nst = 2 * ((width + kChunk - 1) / kChunk);
 
-  float acc[TM][NOUT];
-  float sq[TM];
-#pragma unroll
-  for (int m = 0; m < TM; m++) {
-    sq[m] = 0.f;
-#pragma unroll
-    for (int j = 0; j < NOUT; j++) acc[m][j] = 0.f;
-  }
+  pdl_wait();
+  pdl_launch_dependents();
 
-  for (int64_t k = kb + 8 * lane; k < ke; k += 256) {
-    float x[TM][8];
+  const float *fnb = p.fn + kb;
+  const uint16_t *Rb = p.R + t0 * p.R_stride + kb;
+  auto load_stage = [&](int st) {
+    const int b = st & 1, ci = st >> 1;
+    const int coff = ci * kChunk + 4 * (st & 1);
 #pragma unroll
-    for (int m = 0; m < TM; m++) {
-      if (t0 + m < T) {
-        const uint4 v = __ldg(reinterpret_cast<const uint4 *>(R + (t0 + m) * R_stride + k));
-        unpack8(v, x[m]);
-      } else {
-#pragma unroll
-        for (int c = 0; c < 8; c++) x[m][c] = 0.f;
-      }
-#pragma unroll
-      for (int c = 0; c < 8; c++) sq[m] = fmaf(x[m][c], x[m][c], sq[m]);
+    for (int f = 0; f < FN_CP; f++) {
+      const int u = tid + f * NT, row = u >> 5, l = u & 31;
+      const bool ok = ci * kChunk + 8 * l < width;
+      cp_async16(&sm.fn[b][row][l][0], ok ? fnb + row * p.nD + coff + 8 * l : p.fn, ok);
     }
 #pragma unroll
-    for (int j = 0; j < NOUT; j++) {
-      const float4 *w4 = reinterpret_cast<const float4 *>(fn + (int64_t)j * nD + k);
-      float4 a = __ldg(w4), b = __ldg(w4 + 1);
-      float w[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
-      if (TF32) {
-#pragma unroll
-        for (int c = 0; c < 8; c++) w[c] = tf32_rna(w[c]);
-      }
-#pragma unroll
-      for (int m = 0; m < TM; m++) {
-#pragma unroll
-        for (int c = 0; c < 8; c++) acc[m][j] = fmaf(w[c], x[m][c], acc[m][j]);
+    for (int k = 0; k < X_CP; k++) {
+      const int u = tid + k * NT;
+      if (u < TT * 32) {
+        const int m = u >> 5, l = u & 31;
+        const bool ok = m < ntok && ci * kChunk + 8 * l < width;
+        cp_async8(&sm.x[b][m][l], ok ? Rb + m * p.R_stride + coff + 8 * l : p.R, ok);
       }
     }
+  };
+
+  float acc[TT * TN];
+  float sq[SQN];
+#pragma unroll
+  for (int i = 0; i < TT * TN; i++) acc[i] = 0.f;
+#pragma unroll
+  for (int i = 0; i < SQN; i++) sq[i] = 0.f;
+
+  if (nst > 0) load_stage(0);
+  cp_async_commit();
+  for (int st = 0; st < nst; st++) {
+    if (st + 1 < nst) load_stage(st + 1);
+    cp_async_commit();
+    cp_async_wait1(); /* this thread's copies of stage st have landed */
+    __syncthreads();  /* ... and everybody's */
+    const int b = st & 1;
+    if ((st >> 1) * kChunk + 8 * lane < width) { /* lane-divergent; no shuffles or barriers inside */
+      float w[TN][4];
+#pragma unroll
+      for (int jj = 0; jj < TN; jj++) {
+        const float4 f4 = *reinterpret_cast<const float4 *>(&sm.fn[b][g * TN + jj][lane][0]);
+        w[jj][0] = f4.x; w[jj][1] = f4.y; w[jj][2] = f4.z; w[jj][3] = f4.w;
+        if (TF32) {
+#pragma unroll
+          for (int c = 0; c < 4; c++) w[jj][c] = tf32_rna(w[jj][c]);
+        }
+      }
+#pragma unroll
+      for (int m = 0; m < TT; m++) {
+        if (m < ntok) { /* warp-uniform */
+          const uint2 xv = sm.x[b][m][lane];
+          const float x[4] = {bf16_lo(xv.x), bf16_hi(xv.x), bf16_lo(xv.y), bf16_hi(xv.y)};
+          if (m % NW == g) {
+#pragma unroll
+            for (int c = 0; c < 4; c++) sq[m / NW] = fmaf(x[c], x[c], sq[m / NW]);
+          }
+#pragma unroll
+          for (int jj = 0; jj < TN; jj++) {
+#pragma unroll
+            for (int c = 0; c < 4; c++) acc[m * TN + jj] = fmaf(w[jj][c], x[c], acc[m * TN + jj]);
+          }
+        }
+      }
+    }
+    __syncthreads(); /* the buffer of stage st is refilled by the load of stage st + 2 */
   }
 
+  /* cross-lane sums, then the stores (every lane reaches here) */
+  int off = 0, dup = 0;
+  xor_reduce<TT * TN, 16>(acc, lane, off, dup);
+  constexpr int NF = reduced_count(TT * TN);
+  if ((lane & dup) == 0) {
 #pragma unroll
-  for (int m = 0; m < TM; m++) {
-    sq[m] = warp_sum(sq[m]);
-#pragma unroll
-    for (int j = 0; j < NOUT; j++) acc[m][j] = warp_sum(acc[m][j]);
+    for (int i = 0; i < NF; i++) {
+      const int u = off + i, m = u / TN, jj = u - m * TN;
+      if (m < ntok) p.d[(s * p.T + t0 + m) * NOUT + g * TN + jj] = acc[i];
+    }
   }
+  int offq = 0, dupq = 0;
+  xor_reduce<SQN, 16>(sq, lane, offq, dupq);
+  constexpr int NQ = reduced_count(SQN);
+  if ((lane & dupq) == 0) {
 #pragma unroll
-  for (int m = 0; m < TM; m++) {
-    const int64_t t = t0 + m;
-    if (t >= T) break;
-    float v = sq[m];
-#pragma unroll
-    for (int j = 0; j < NOUT; j++)
-      if (lane == j) v = acc[m][j];
-    if (lane < NOUT) dout[(s * T + t) * NOUT + lane] = v;
-    else if (lane == NOUT) qout[s * T + t] = v;
+    for (int i = 0; i < NQ; i++) {
+      const int m = g + NW * (offq + i);
+      if (m < ntok) p.q[s * p.T + t0 + m] = sq[i];
+    }
   }
 }
 
 /* ------------------------------------------------------------------ finish
- * One block per token. NOUT = 24: dsk_mhc_pre (pre, post, Sinkhorn C, y,
- * optional RMSNorm with NORM); NOUT = 4: dsk_mhc_head (pre, h). */
+ * One block of 288 threads per token. NOUT = 24: dsk_mhc_pre (pre, post,
+ * Sinkhorn C, y, optional RMSNorm with NORM); NOUT = 4: dsk_mhc_head (pre,
+ * h). Warp 0 sums the partials (lane v owns value v: d_v for v < NOUT, q for
+ * v = NOUT), forms the RMS factor and the sigmoids, publishes the pre
+ * weights, then runs Sinkhorn (every lane the same scalar code) and stores C;
+ * meanwhile warps 1..8 form y from R vectors they loaded at entry. */
 struct FinishParams {
   const float *d, *q; /* partials [S, T, NOUT], [S, T] */
   int64_t S, T, D, nD;
@@ -168,32 +324,38 @@ struct FinishParams {
   float *post, *C, *pre_w;
 };
 
-__device__ void sinkhorn_f32(float *c, int iters, float eps) {
+/* Sinkhorn of spec §3 on a 4x4 matrix in registers: row softmax + eps, a
+ * column normalisation, then iters - 1 (row, column) rounds; each step
+ * divides by (sum + eps) through one reciprocal per row / column. */
+__device__ __forceinline__ void sinkhorn_cols(float (&c)[16], float eps) {
+#pragma unroll
+  for (int j = 0; j < 4; j++) {
+    const float inv = rcp_approx(((c[j] + c[4 + j]) + (c[8 + j] + c[12 + j])) + eps);
+#pragma unroll
+    for (int i = 0; i < 4; i++) c[4 * i + j] *= inv;
+  }
+}
+__device__ __forceinline__ void sinkhorn_f32(float (&c)[16], int iters, float eps) {
 #pragma unroll
   for (int i = 0; i < 4; i++) {
-    float mx = fmaxf(fmaxf(c[4 * i], c[4 * i + 1]), fmaxf(c[4 * i + 2], c[4 * i + 3]));
+    const float mx = fmaxf(fmaxf(c[4 * i], c[4 * i + 1]), fmaxf(c[4 * i + 2], c[4 * i + 3]));
     float e[4];
 #pragma unroll
     for (int j = 0; j < 4; j++) e[j] = expf(c[4 * i + j] - mx);
-    const float sum = e[0] + e[1] + e[2] + e[3];
+    const float inv = rcp_approx((e[0] + e[1]) + (e[2] + e[3]));
 #pragma unroll
-    for (int j = 0; j < 4; j++) c[4 * i + j] = e[j] / sum + eps;
+    for (int j = 0; j < 4; j++) c[4 * i + j] = fmaf(e[j], inv, eps);
   }
-  for (int it = 0; it < iters; it++) {
-    if (it > 0) {
+  sinkhorn_cols(c, eps);
+#pragma unroll 1
+  for (int it = 1; it < iters; it++) {
 #pragma unroll
-      for (int i = 0; i < 4; i++) {
-        const float rs = c[4 * i] + c[4 * i + 1] + c[4 * i + 2] + c[4 * i + 3] + eps;
+    for (int i = 0; i < 4; i++) {
+      const float inv = rcp_approx(((c[4 * i] + c[4 * i + 1]) + (c[4 * i + 2] + c[4 * i + 3])) + eps);
 #pragma unroll
-        for (int j = 0; j < 4; j++) c[4 * i + j] = c[4 * i + j] / rs;
-      }
+      for (int j = 0; j < 4; j++) c[4 * i + j] *= inv;
     }
-#pragma unroll
-    for (int j = 0; j < 4; j++) {
-      const float cs = c[j] + c[4 + j] + c[8 + j] + c[12 + j] + eps;
-#pragma unroll
-      for (int i = 0; i < 4; i++) c[4 * i + j] = c[4 * i + j] / cs;
-    }
+    sinkhorn_cols(c, eps);
   }
 }
 
@@ -201,7 +363,7 @@ __device__ void sinkhorn_f32(float *c, int iters, float eps) {
  * bf16 rounding. NORM: the rounded vector goes to shared memory (for the
  * second pass) and its squares are added to ss; else it is stored. */
 template <bool NORM>
-__device__ __forceinline__ float emit_y(const uint4 *r4, const float *w, int64_t v, uint16_t *y, unsigned char *s_dyn,
+__device__ __forceinline__ float emit_y(const uint4 *r4, const float *w, int64_t v, uint16_t *y, uint4 *s_y,
                                         float ss) {
   float a[8], b[8];
   unpack8(r4[0], a);
@@ -215,7 +377,7 @@ __device__ __forceinline__ float emit_y(const uint4 *r4, const float *w, int64_t
   }
   const uint4 out = pack8(a);
   if (NORM) {
-    reinterpret_cast<uint4 *>(s_dyn)[v] = out;
+    s_y[v] = out;
     unpack8(out, b); /* the rounded values */
 #pragma unroll
     for (int c = 0; c < 8; c++) ss = fmaf(b[c], b[c], ss);
@@ -225,107 +387,150 @@ __device__ __forceinline__ float emit_y(const uint4 *r4, const float *w, int64_t
   return ss;
 }
 
+template <int NOUT>
+struct FinishSmem {
+  float part[kPartChunk * (NOUT + 1)];
+  float w[4];
+  float red[kYWarps];
+};
+
 template <int NOUT, bool NORM>
-__global__ void __launch_bounds__(kFinishThreads) mhc_finish_kernel(const FinishParams p) {
-  __shared__ float s_part[kPartChunk * (NOUT + 1)];
-  __shared__ float s_w[4];
-  __shared__ float s_red[kFinishThreads / 32];
-  extern __shared__ __align__(16) unsigned char s_dyn[]; /* NORM: y as bf16 [D] */
-  const int tid = threadIdx.x;
+__global__ void __launch_bounds__(kFinishThreads, 2) mhc_finish_kernel(const FinishParams p) {
+  constexpr int NV = NOUT + 1;
+  constexpr int LOADS = (kPartChunk * NV + kFinishThreads - 1) / kFinishThreads;
+  __shared__ FinishSmem<NOUT> sm;
+  extern __shared__ uint4 s_y[]; /* NORM: y as bf16 [D] */
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int64_t t = blockIdx.x;
 
-  /* 0. start loading this thread's first R vectors (used in step 3) */
+  pdl_wait();
+  pdl_launch_dependents();
+
+  /* 0. y warps: load this thread's first R vectors (used in step 3) */
   const uint16_t *x = p.R + t * p.R_stride;
-  uint16_t *y = p.y + t * p.y_stride;
   const int64_t nvec = p.D / 8;
+  const int yt = tid - 32;
   uint4 pf[kPrefetch][4];
+  if (warp > 0) {
 #pragma unroll
-  for (int i = 0; i < kPrefetch; i++) {
-    const int64_t v = tid + (int64_t)i * blockDim.x;
-    if (v < nvec) {
+    for (int i = 0; i < kPrefetch; i++) {
+      const int64_t v = yt + (int64_t)i * kYThreads;
+      if (v < nvec) {
 #pragma unroll
-      for (int st = 0; st < 4; st++) pf[i][st] = __ldg(reinterpret_cast<const uint4 *>(x + st * p.D + 8 * v));
+        for (int st = 0; st < 4; st++) pf[i][st] = ld16(x + st * p.D + 8 * v);
+      }
     }
   }
 
-  /* 1. split sums in ascending s: thread j <= NOUT owns value j */
+  /* 1. split sums in ascending s: lane v <= NOUT of warp 0 owns value v */
   float run = 0.f;
   for (int64_t s0 = 0; s0 < p.S; s0 += kPartChunk) {
     const int ns = (int)min((int64_t)kPartChunk, p.S - s0);
-    for (int v = tid; v < ns * (NOUT + 1); v += blockDim.x) {
-      const int sl = v / (NOUT + 1), j = v % (NOUT + 1);
-      const int64_t s = s0 + sl;
-      s_part[v] = j < NOUT ? p.d[(s * p.T + t) * NOUT + j] : p.q[s * p.T + t];
+    const int n = ns * NV;
+    /* all copies in flight at once, none through registers */
+#pragma unroll
+    for (int k = 0; k < LOADS; k++) {
+      const int v = tid + k * kFinishThreads;
+      if (v < n) {
+        const int sl = v / NV, j = v - sl * NV;
+        const int64_t s = s0 + sl;
+        cp_async4(&sm.part[v], j < NOUT ? p.d + (s * p.T + t) * NOUT + j : p.q + s * p.T + t);
+      }
+    }
+    cp_async_commit();
+    cp_async_wait0();
+    __syncthreads();
+    if (warp == 0 && lane < NV) {
+      int sl = 0;
+      for (; sl + 8 <= ns; sl += 8) {
+        float a[8];
+#pragma unroll
+        for (int k = 0; k < 8; k++) a[k] = sm.part[(sl + k) * NV + lane];
+#pragma unroll
+        for (int k = 0; k < 8; k++) run += a[k];
+      }
+      for (; sl < ns; sl++) run += sm.part[sl * NV + lane];
     }
     __syncthreads();
-    if (tid <= NOUT)
-      for (int sl = 0; sl < ns; sl++) run += s_part[sl * (NOUT + 1) + tid];
-    __syncthreads();
   }
-  if (tid <= NOUT) s_part[tid] = run;
-  __syncthreads();
 
-  /* 2. one thread: RMS factor, sigmoids, Sinkhorn */
-  if (tid == 0) {
-    const float r = 1.0f / sqrtf(s_part[NOUT] / (float)p.nD + p.eps_rms);
+  /* 2. warp 0: RMS factor, sigmoids (lane-parallel), pre weights published */
+  float c[16];
+  if (warp == 0) {
+    const float qsum = __shfl_sync(0xffffffffu, run, NOUT);
+    const float r = 1.0f / sqrtf(qsum / (float)p.nD + p.eps_rms);
+    const float m = run * r;
     if (NOUT == 24) {
-      const float s0 = p.scale[0], s1 = p.scale[1], s2 = p.scale[2];
-#pragma unroll
-      for (int i = 0; i < 4; i++) {
-        const float pre = sigmoidf_(fmaf(s_part[i] * r, s0, p.base[i])) + p.eps_hc;
-        s_w[i] = pre;
-        if (p.pre_w) p.pre_w[t * 4 + i] = pre;
-        p.post[t * 4 + i] = p.post_mult * sigmoidf_(fmaf(s_part[4 + i] * r, s1, p.base[4 + i]));
+      const int si = lane < 4 ? 0 : lane < 8 ? 1 : 2;
+      const float sc = lane < NOUT ? p.scale[si] : 0.f;
+      const float b = lane < NOUT ? p.base[lane] : 0.f;
+      const float z = fmaf(m, sc, b);
+      if (lane < 4) {
+        const float pre = sigmoidf_(z) + p.eps_hc;
+        sm.w[lane] = pre;
+        if (p.pre_w) p.pre_w[t * 4 + lane] = pre;
+      } else if (lane < 8) {
+        p.post[t * 4 + (lane - 4)] = p.post_mult * sigmoidf_(z);
       }
-      float c[16];
 #pragma unroll
-      for (int e = 0; e < 16; e++) c[e] = fmaf(s_part[8 + e] * r, s2, p.base[8 + e]);
-      sinkhorn_f32(c, p.iters, p.eps_hc);
-#pragma unroll
-      for (int e = 0; e < 16; e++) p.C[t * 16 + e] = c[e];
+      for (int e = 0; e < 16; e++) c[e] = __shfl_sync(0xffffffffu, z, 8 + e);
     } else {
       const float sc = p.scale[0];
-#pragma unroll
-      for (int i = 0; i < 4; i++) s_w[i] = sigmoidf_(fmaf(s_part[i] * r, sc, p.base[i])) + p.eps_hc;
+      const float b = lane < 4 ? p.base[lane] : 0.f;
+      if (lane < 4) sm.w[lane] = sigmoidf_(fmaf(m, sc, b)) + p.eps_hc;
     }
   }
   __syncthreads();
-  const float w[4] = {s_w[0], s_w[1], s_w[2], s_w[3]};
 
-  /* 3. y = bf16(sum_i pre_i R_i), 8 columns per step (prefetched vectors first) */
+  if (warp == 0) {
+    /* 3a. Sinkhorn: all lanes run the same scalar code; lane e stores C[e] */
+    if (NOUT == 24) {
+      sinkhorn_f32(c, p.iters, p.eps_hc);
+      float o = c[0];
+#pragma unroll
+      for (int e = 1; e < 16; e++)
+        if (lane == e) o = c[e];
+      if (lane < 16) p.C[t * 16 + lane] = o;
+    }
+    return; /* no block-wide barrier follows */
+  }
+
+  /* 3b. y warps: y = bf16(sum_i pre_i R_i), 8 columns per step */
+  const float w[4] = {sm.w[0], sm.w[1], sm.w[2], sm.w[3]};
+  uint16_t *y = p.y + t * p.y_stride;
   float ss = 0.f;
 #pragma unroll
   for (int i = 0; i < kPrefetch; i++) {
-    const int64_t v = tid + (int64_t)i * blockDim.x;
-    if (v < nvec) ss = emit_y<NORM>(pf[i], w, v, y, s_dyn, ss);
+    const int64_t v = yt + (int64_t)i * kYThreads;
+    if (v < nvec) ss = emit_y<NORM>(pf[i], w, v, y, s_y, ss);
   }
-  for (int64_t v = tid + (int64_t)kPrefetch * blockDim.x; v < nvec; v += blockDim.x) {
+  for (int64_t v = yt + (int64_t)kPrefetch * kYThreads; v < nvec; v += kYThreads) {
     uint4 r4[4];
 #pragma unroll
-    for (int st = 0; st < 4; st++) r4[st] = __ldg(reinterpret_cast<const uint4 *>(x + st * p.D + 8 * v));
-    ss = emit_y<NORM>(r4, w, v, y, s_dyn, ss);
+    for (int st = 0; st < 4; st++) r4[st] = ld16(x + st * p.D + 8 * v);
+    ss = emit_y<NORM>(r4, w, v, y, s_y, ss);
   }
   if (!NORM) return;
 
-  /* 4. fused RMSNorm of the rounded y: block sum of squares (fixed tree) */
+  /* 4. fused RMSNorm of the rounded y: sum of squares over the y warps
+   * (fixed tree: warp butterfly, then warps 1..8 in order), named barrier 1
+   * among the 256 y threads only (warp 0 has left) */
   ss = warp_sum(ss);
-  if ((tid & 31) == 0) s_red[tid >> 5] = ss;
-  __syncthreads();
-  if (tid == 0) {
-    float tot = 0.f;
-    for (int i = 0; i < (int)(blockDim.x >> 5); i++) tot += s_red[i];
-    s_red[0] = 1.0f / sqrtf(tot / (float)p.D + p.norm_eps);
-  }
-  __syncthreads();
-  const float rs = s_red[0];
-  for (int64_t v = tid; v < nvec; v += blockDim.x) {
-    float a[8];
-    unpack8(reinterpret_cast<const uint4 *>(s_dyn)[v], a);
-    const float4 *w4 = reinterpret_cast<const float4 *>(p.norm_w + 8 * v);
-    const float4 g0 = __ldg(w4), g1 = __ldg(w4 + 1);
-    const float g[8] = {g0.x, g0.y, g0.z, g0.w, g1.x, g1.y, g1.z, g1.w};
+  if (lane == 0) sm.red[warp - 1] = ss;
+  asm volatile("bar.sync 1, %0;\n" ::"n"(kYThreads) : "memory");
+  float tot = 0.f;
 #pragma unroll
-    for (int c = 0; c < 8; c++) a[c] = g[c] * (a[c] * rs);
+  for (int i = 0; i < kYWarps; i++) tot += sm.red[i];
+  const float rs = 1.0f / sqrtf(tot / (float)p.D + p.norm_eps);
+  /* each thread re-reads only the y vectors it wrote itself */
+  for (int64_t v = yt; v < nvec; v += kYThreads) {
+    float a[8];
+    unpack8(s_y[v], a);
+    const float4 *w4 = reinterpret_cast<const float4 *>(p.norm_w + 8 * v);
+    const float4 g0 = w4[0], g1 = w4[1];
+    const float gw[8] = {g0.x, g0.y, g0.z, g0.w, g1.x, g1.y, g1.z, g1.w};
+#pragma unroll
+    for (int cc = 0; cc < 8; cc++) a[cc] = gw[cc] * (a[cc] * rs);
     *reinterpret_cast<uint4 *>(y + 8 * v) = pack8(a);
   }
 }
@@ -333,11 +538,12 @@ __global__ void __launch_bounds__(kFinishThreads) mhc_finish_kernel(const Finish
 /* ------------------------------------------------------------------- post
  * grid (T, ceil(D / 8 / kPostThreads)); each thread loads all four streams
  * of its 8 columns before storing any (in place is safe). */
-__global__ void __launch_bounds__(kPostThreads) mhc_post_kernel(const uint16_t *__restrict__ out, int64_t out_stride,
+__global__ void __launch_bounds__(kPostThreads) mhc_post_kernel(const uint16_t *out, int64_t out_stride,
                                                                const uint16_t *R, int64_t R_stride,
-                                                               const float *__restrict__ post,
-                                                               const float *__restrict__ C, uint16_t *R_out,
+                                                               const float *post, const float *C, uint16_t *R_out,
                                                                int64_t R_out_stride, int64_t D) {
+  pdl_wait();
+  pdl_launch_dependents();
   const int64_t t = blockIdx.x;
   const int64_t v = (int64_t)blockIdx.y * blockDim.x + threadIdx.x;
   if (v >= D / 8) return;
@@ -345,13 +551,13 @@ __global__ void __launch_bounds__(kPostThreads) mhc_post_kernel(const uint16_t *
   const uint16_t *x = R + t * R_stride + 8 * v;
   float xi[4][8], o[8];
 #pragma unroll
-  for (int i = 0; i < 4; i++) unpack8(*reinterpret_cast<const uint4 *>(x + i * D), xi[i]);
-  unpack8(__ldg(reinterpret_cast<const uint4 *>(out + t * out_stride + 8 * v)), o);
+  for (int i = 0; i < 4; i++) unpack8(ld16(x + i * D), xi[i]);
+  unpack8(ld16(out + t * out_stride + 8 * v), o);
   float c[16], pw[4];
 #pragma unroll
-  for (int e = 0; e < 16; e++) c[e] = __ldg(C + t * 16 + e);
+  for (int e = 0; e < 16; e++) c[e] = C[t * 16 + e];
 #pragma unroll
-  for (int j = 0; j < 4; j++) pw[j] = __ldg(post + t * 4 + j);
+  for (int j = 0; j < 4; j++) pw[j] = post[t * 4 + j];
   uint4 res[4];
 #pragma unroll
   for (int j = 0; j < 4; j++) {
@@ -371,33 +577,61 @@ __global__ void __launch_bounds__(kPostThreads) mhc_post_kernel(const uint16_t *
 }
 
 /* ------------------------------------------------------------ launchers */
-template <int NOUT, int TM>
-void launch_project_tm(bool tf32, dim3 grid, int threads, cudaStream_t st, const uint16_t *R, int64_t R_stride,
-                       const float *fn, int64_t T, int64_t nD, int64_t Kc, float *d, float *q) {
-  if (tf32)
-    mhc_project_kernel<NOUT, TM, true><<<grid, threads, 0, st>>>(R, R_stride, fn, T, nD, Kc, d, q);
-  else
-    mhc_project_kernel<NOUT, TM, false><<<grid, threads, 0, st>>>(R, R_stride, fn, T, nD, Kc, d, q);
+/* A launch with programmatic stream serialization (see the file comment). */
+template <typename... KArgs, typename... Args>
+cudaError_t launch_pdl(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t st,
+                       Args... args) {
+  cudaLaunchConfig_t cfg;
+  memset(&cfg, 0, sizeof cfg);
+  cfg.gridDim = grid;
+  cfg.blockDim = block;
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = st;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  return cudaLaunchKernelEx(&cfg, kernel, args...);
 }
 
-/* Token tiling by T (it changes only which warp serves a token, never a
- * token's summation order): T <= 8: one warp per token, T warps in one
- * block; T <= 64: 2 tokens per warp, 8 warps; else 4 tokens per warp. */
+/* Tokens per projection CTA (it changes only which CTA serves a token,
+ * never a token's summation order): T <= 4: 1 (T x S CTAs, each streaming
+ * its split's fn slice once); else 16 when that still gives a CTA per SM,
+ * else 8. */
+int project_tokens(int64_t T, int64_t S, int sms) {
+  if (T <= 4) return 1;
+  if (S * ((T + 15) / 16) >= sms) return 16;
+  return 8;
+}
+
+template <int NOUT, int TT>
+cudaError_t launch_project_tt(bool tf32, cudaStream_t st, const ProjParams &pp, int64_t S) {
+  const dim3 grid(dsk__ceil_div_u(pp.T, TT), (unsigned)S);
+  if (tf32) return launch_pdl(mhc_project_kernel<NOUT, TT, true>, grid, dim3(32 * kProjWarps), 0, st, pp);
+  return launch_pdl(mhc_project_kernel<NOUT, TT, false>, grid, dim3(32 * kProjWarps), 0, st, pp);
+}
+
 template <int NOUT>
-void launch_project(bool tf32, cudaStream_t st, const uint16_t *R, int64_t R_stride, const float *fn, int64_t T,
-                    int64_t nD, int64_t S, float *d, float *q) {
-  const int64_t Kc = dsk_mhc_split_width(nD, S);
-  if (T <= 8) {
-    dim3 grid(1, (unsigned)S);
-    launch_project_tm<NOUT, 1>(tf32, grid, 32 * (int)T, st, R, R_stride, fn, T, nD, Kc, d, q);
-  } else if (T <= 64) {
-    dim3 grid(dsk__ceil_div_u(T, 16), (unsigned)S);
-    launch_project_tm<NOUT, 2>(tf32, grid, 256, st, R, R_stride, fn, T, nD, Kc, d, q);
-  } else {
-    dim3 grid(dsk__ceil_div_u(T, 32), (unsigned)S);
-    launch_project_tm<NOUT, 4>(tf32, grid, 256, st, R, R_stride, fn, T, nD, Kc, d, q);
+cudaError_t launch_project(bool tf32, cudaStream_t st, int sms, const uint16_t *R, int64_t R_stride, const float *fn,
+                           int64_t T, int64_t nD, int64_t S, float *d, float *q) {
+  ProjParams pp;
+  pp.R = R;
+  pp.R_stride = R_stride;
+  pp.fn = fn;
+  pp.T = T;
+  pp.nD = nD;
+  pp.Kc = dsk_mhc_split_width(nD, S);
+  pp.d = d;
+  pp.q = q;
+  switch (project_tokens(T, S, sms)) {
+    case 1: return launch_project_tt<NOUT, 1>(tf32, st, pp, S);
+    case 8: return launch_project_tt<NOUT, 8>(tf32, st, pp, S);
+    default: return launch_project_tt<NOUT, 16>(tf32, st, pp, S);
   }
 }
+
+int ctx_sms(const dsk_ctx *ctx) { return ctx->info.sm_count > 0 ? ctx->info.sm_count : 1; }
 
 }  // namespace
 
@@ -406,9 +640,9 @@ extern "C" dsk_status dsk__cuda_mhc_prenorm(dsk_ctx *ctx, const dsk_mhc_prenorm_
   const int64_t S = t->v[0];
   cudaStream_t st = dsk__cuda_stream(ctx, d->stream);
   float *dp = d->partials, *qp = d->partials + S * d->T * DSK_MHC_MIX;
-  launch_project<DSK_MHC_MIX>(d->precision == DSK_MHC_PRECISION_TF32, st, (const uint16_t *)d->R, d->R_stride, d->fn,
-                              d->T, d->nD, S, dp, qp);
-  DSK_CUDA_LAUNCHED("mhc_prenorm");
+  DSK_CUDA_TRY("mhc_prenorm",
+               launch_project<DSK_MHC_MIX>(d->precision == DSK_MHC_PRECISION_TF32, st, ctx_sms(ctx),
+                                           (const uint16_t *)d->R, d->R_stride, d->fn, d->T, d->nD, S, dp, qp));
   return DSK_STATUS_OK;
 }
 
@@ -439,21 +673,21 @@ extern "C" dsk_status dsk__cuda_mhc_pre(dsk_ctx *ctx, const dsk_mhc_pre_desc *d,
   p.C = d->C;
   p.pre_w = d->pre_w;
   if (d->norm_w)
-    mhc_finish_kernel<DSK_MHC_MIX, true><<<(unsigned)d->T, kFinishThreads, (size_t)d->D * 2, st>>>(p);
+    DSK_CUDA_TRY("mhc_pre", launch_pdl(mhc_finish_kernel<DSK_MHC_MIX, true>, dim3((unsigned)d->T),
+                                       dim3(kFinishThreads), (size_t)d->D * 2, st, p));
   else
-    mhc_finish_kernel<DSK_MHC_MIX, false><<<(unsigned)d->T, kFinishThreads, 0, st>>>(p);
-  DSK_CUDA_LAUNCHED("mhc_pre");
+    DSK_CUDA_TRY("mhc_pre", launch_pdl(mhc_finish_kernel<DSK_MHC_MIX, false>, dim3((unsigned)d->T),
+                                       dim3(kFinishThreads), 0, st, p));
   return DSK_STATUS_OK;
 }
 
 extern "C" dsk_status dsk__cuda_mhc_post(dsk_ctx *ctx, const dsk_mhc_post_desc *d) {
   DSK_CUDA_TRY("mhc_post", cudaSetDevice(dsk__cuda_state(ctx)->device));
   cudaStream_t st = dsk__cuda_stream(ctx, d->stream);
-  dim3 grid((unsigned)d->T, dsk__ceil_div_u(d->D / 8, kPostThreads));
-  mhc_post_kernel<<<grid, kPostThreads, 0, st>>>((const uint16_t *)d->out, d->out_stride, (const uint16_t *)d->R,
-                                                 d->R_stride, d->post, d->C, (uint16_t *)d->R_out, d->R_out_stride,
-                                                 d->D);
-  DSK_CUDA_LAUNCHED("mhc_post");
+  const dim3 grid((unsigned)d->T, dsk__ceil_div_u(d->D / 8, kPostThreads));
+  DSK_CUDA_TRY("mhc_post", launch_pdl(mhc_post_kernel, grid, dim3(kPostThreads), 0, st, (const uint16_t *)d->out,
+                                      d->out_stride, (const uint16_t *)d->R, d->R_stride, d->post, d->C,
+                                      (uint16_t *)d->R_out, d->R_out_stride, d->D));
   return DSK_STATUS_OK;
 }
 
@@ -462,9 +696,8 @@ extern "C" dsk_status dsk__cuda_mhc_head(dsk_ctx *ctx, const dsk_mhc_head_desc *
   const int64_t S = t->v[0];
   cudaStream_t st = dsk__cuda_stream(ctx, d->stream);
   float *dp = (float *)d->workspace, *qp = dp + S * d->T * 4;
-  launch_project<4>(d->precision == DSK_MHC_PRECISION_TF32, st, (const uint16_t *)d->R, d->R_stride, d->fn, d->T,
-                    d->nD, S, dp, qp);
-  DSK_CUDA_LAUNCHED("mhc_head");
+  DSK_CUDA_TRY("mhc_head", launch_project<4>(d->precision == DSK_MHC_PRECISION_TF32, st, ctx_sms(ctx),
+                                             (const uint16_t *)d->R, d->R_stride, d->fn, d->T, d->nD, S, dp, qp));
   FinishParams p;
   memset(&p, 0, sizeof p);
   p.d = dp;
@@ -481,12 +714,14 @@ extern "C" dsk_status dsk__cuda_mhc_head(dsk_ctx *ctx, const dsk_mhc_head_desc *
   p.eps_hc = d->eps_hc;
   p.y = (uint16_t *)d->h;
   p.y_stride = d->h_stride;
-  mhc_finish_kernel<4, false><<<(unsigned)d->T, kFinishThreads, 0, st>>>(p);
-  DSK_CUDA_LAUNCHED("mhc_head");
+  DSK_CUDA_TRY("mhc_head", launch_pdl(mhc_finish_kernel<4, false>, dim3((unsigned)d->T), dim3(kFinishThreads), 0,
+                                      st, p));
   return DSK_STATUS_OK;
 }
 
 extern "C" int64_t dsk__cuda_mhc_smem_bytes(void) {
-  /* finish kernel, NOUT 24 with the fused norm at the largest D */
-  return (int64_t)(kPartChunk * (DSK_MHC_MIX + 1) + 4 + kFinishThreads / 32) * 4 + (int64_t)DSK_MHC_MAX_D * 2;
+  /* the finish kernel with the fused norm at the largest D, or the widest projection CTA */
+  const int64_t finish = (int64_t)sizeof(FinishSmem<DSK_MHC_MIX>) + (int64_t)DSK_MHC_MAX_D * 2;
+  const int64_t project = (int64_t)sizeof(ProjSmem<DSK_MHC_MIX, 16>);
+  return finish > project ? finish : project;
 }
