@@ -904,7 +904,8 @@ typedef struct dsk_moe_gemm_desc {
   int64_t N, K;                   /* multiples of 128 */
   int64_t E_local;                /* groups of B, 1..DSK_MOE_MAX_EXPERTS */
   int64_t A_used;                 /* the alignment M_sum was built with: a multiple of 64 */
-  int64_t expected_m;             /* real rows (T*topk) for the tactic heuristic; 0 = M_sum */
+  int64_t expected_m;             /* real rows (T*topk) for the tactic heuristic and the tuner's
+                                   * bucket; 0 = A_used */
   const uint8_t *A; int64_t A_stride; /* e4m3 [M_sum, K], byte stride */
   dsk_moe_sf sfa;                 /* packed: G 1, MN M_sum, sf_k K/128 */
   const int32_t *m_indices;       /* [M_sum] */
@@ -1120,8 +1121,8 @@ DSK_API dsk_status dsk_moe_run(dsk_ctx *ctx, const dsk_moe_desc *desc);
 /* Kernel build id of an op (A14): 16 hex digits, a hash of that op's kernel
  * sources, compiler ids and versions, CUDA architectures and flags, made at
  * build time. Entries of the cache carry it; an entry with another id is
- * stale. NULL for ops that are not tunable (today: DSK_OP_SPARSE_MLA_DECODE
- * and DSK_OP_MHC_PRENORM are). */
+ * stale. NULL for ops that are not tunable (today: DSK_OP_SPARSE_MLA_DECODE,
+ * DSK_OP_MHC_PRENORM, DSK_OP_MOE_GEMM and DSK_OP_MOE_DENSE_GEMM are). */
 DSK_API const char *dsk_kernel_build_id(dsk_op op);
 
 /* ------------------------------------------------------------- counters */
@@ -1245,7 +1246,7 @@ DSK_API dsk_status dsk_model_desc_from_config(const char *path, dsk_model_desc *
 typedef struct dsk_serving_desc {
   size_t struct_size;
   int tp;                       /* tensor-parallel size, divides the heads; 0 = 1 */
-  int ep;                       /* expert parallel on (MoE hook only) */
+  int ep;                       /* expert parallel on: MoE keys use E / tp local experts */
   const int64_t *capture_sizes; /* CUDA-graph capture sizes (ascending not required) */
   int num_capture_sizes;        /* 0 = default decode buckets {1,2,4,8,16,24,...,64} (batch sizes) */
   int capture_sizes_are_batches;/* 1: capture_sizes count requests: T = b*(1+draft_tokens) (A3) */

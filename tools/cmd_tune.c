@@ -88,7 +88,9 @@ static int parse_list(const char *opt, const char *s, int64_t *out, int *n) {
 
 static void tactic_text(const dsk_tactic *t, char *buf, size_t n) {
   if (t->op == DSK_OP_SPARSE_MLA_DECODE)
-    snprintf(buf, n, "cpb=%d", (int)t->v[0]);
+    snprintf(buf, n, "cpb=%d heads=%d", (int)t->v[0], (int)t->v[1]);
+  else if (t->op == DSK_OP_MOE_GEMM || t->op == DSK_OP_MOE_DENSE_GEMM)
+    snprintf(buf, n, "BM=%d BN=%d split=%d", (int)t->v[0], (int)t->v[1], (int)t->v[2]);
   else if (t->op == DSK_OP_MHC_PRENORM)
     snprintf(buf, n, "S=%d", (int)t->v[0]);
   else
@@ -362,19 +364,19 @@ int dsk_cmd_tune(int argc, char **argv) {
       rc = dsk_cli_report("tune", "enumerating the keys", st);
     } else {
       int64_t n = dsk_warmup_list_size(wl);
-      int64_t per_op[2] = {0, 0};
+      int64_t per_op[4] = {0, 0, 0, 0}; /* sparse_mla_decode, mhc_prenorm, moe_gemm, dense_fp8_gemm */
       for (int64_t i = 0; i < n; i++) {
         dsk_warmup_item it;
         memset(&it, 0, sizeof it);
         it.struct_size = sizeof it;
         dsk_warmup_list_item(wl, i, &it);
-        per_op[it.op == DSK_OP_MHC_PRENORM]++;
+        per_op[it.op == DSK_OP_MHC_PRENORM ? 1 : it.op == DSK_OP_MOE_GEMM ? 2 : it.op == DSK_OP_MOE_DENSE_GEMM ? 3 : 0]++;
         if (dry) printf("%s\t%s\tT=%lld\t%s\n", dsk_op_name(it.op), it.label, (long long)it.T, it.key);
       }
       printf("dsk tune: model %s (%s, %lld heads), tp %d: %lld heads per rank; %lld keys (%lld sparse_mla_decode, "
-             "%lld mhc_prenorm; MoE ops not in the library yet)\n",
+             "%lld mhc_prenorm, %lld moe_gemm, %lld dense_fp8_gemm)\n",
              model.name, model.model_type, (long long)model.num_heads, tp, (long long)(model.num_heads / tp),
-             (long long)n, (long long)per_op[0], (long long)per_op[1]);
+             (long long)n, (long long)per_op[0], (long long)per_op[1], (long long)per_op[2], (long long)per_op[3]);
       if (!dry) {
         run_state rs;
         memset(&rs, 0, sizeof rs);

@@ -14,15 +14,11 @@
 #ifndef DSK_KERNEL_BUILD_ID_MHC_PRENORM
 #define DSK_KERNEL_BUILD_ID_MHC_PRENORM "0000000000000000"
 #endif
-/* The MoE GEMMs: until CMake hashes their sources (DSK_KB_MOE_GEMM /
- * DSK_KB_MOE_DENSE_GEMM), they take the mHC id, which follows the
- * toolchain (compilers, flags, CUDA architectures): a new compiler still
- * makes their entries stale, an edit of the GEMM sources does not. */
 #ifndef DSK_KERNEL_BUILD_ID_MOE_GEMM
-#define DSK_KERNEL_BUILD_ID_MOE_GEMM DSK_KERNEL_BUILD_ID_MHC_PRENORM
+#define DSK_KERNEL_BUILD_ID_MOE_GEMM "0000000000000000"
 #endif
 #ifndef DSK_KERNEL_BUILD_ID_MOE_DENSE_GEMM
-#define DSK_KERNEL_BUILD_ID_MOE_DENSE_GEMM DSK_KERNEL_BUILD_ID_MHC_PRENORM
+#define DSK_KERNEL_BUILD_ID_MOE_DENSE_GEMM "0000000000000000"
 #endif
 
 const char *dsk_kernel_build_id(dsk_op op) {
