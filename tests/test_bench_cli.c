@@ -1,4 +1,4 @@
-/* test_bench_cli.c - `dsk bench mhc` and `dsk bench indexer` run end to end
+/* test_bench_cli.c - `dsk bench mhc`, `dsk bench indexer` and `dsk bench moe` run end to end
  * in quick mode (the harness functions behind the CLI): every call
  * succeeds, prints its comment lines, the CSV header and one row per (case,
  * op) with the header's column count. Timing is never asserted. The
@@ -142,12 +142,56 @@ static void test_indexer(dsk_ctx *ctx) {
   fclose(f);
 }
 
+static void test_moe(dsk_ctx *ctx) {
+  FILE *f = tmpfile();
+  TU_CHECK(&counts, f != NULL, "tmpfile");
+  if (!f) return;
+  dsk_bench_moe_opts o;
+  memset(&o, 0, sizeof o);
+  o.quick = 1;
+  o.reps = 2;
+  o.warm = 1;
+  const double t0 = tu_now_us();
+  int rc = dsk_bench_moe(ctx, &o, f);
+  TU_CHECK(&counts, rc == 0, "dsk_bench_moe quick returned %d: %s", rc, dsk_last_error());
+  csv_stats s = scan(f, "model,H,I,E,topk,T,op,");
+  /* 3 models x T {1, 16} x 9 ops */
+  TU_CHECK(&counts, s.header == 1 && s.comments >= 2, "moe: header %d, comments %d", s.header, s.comments);
+  TU_CHECK(&counts, s.rows == 54, "moe: %d rows, expected 54", s.rows);
+  TU_CHECK(&counts, s.bad_cols == 0, "moe: %d rows with the wrong column count", s.bad_cols);
+  printf("bench moe quick: %d rows in %.1f s; first: %s", s.rows, (tu_now_us() - t0) * 1e-6, s.first_row);
+  fclose(f);
+  /* filters: one row; nothing selected; a bad op */
+  f = tmpfile();
+  if (!f) return;
+  o.model = "glm";
+  o.only_T = 16;
+  o.op = "fc1";
+  rc = dsk_bench_moe(ctx, &o, f);
+  s = scan(f, "model,H,I,E,topk,T,op,");
+  TU_CHECK(&counts, rc == 0 && s.rows == 1, "moe filtered: rc %d, %d rows (expected 1)", rc, s.rows);
+  TU_CHECK(&counts, strncmp(s.first_row, "glm-5.1,384,256,16,8,16,fc1,", 28) == 0, "moe filtered row: %s", s.first_row);
+  fclose(f);
+  f = tmpfile();
+  if (!f) return;
+  o.only_T = 3;
+  rc = dsk_bench_moe(ctx, &o, f);
+  s = scan(f, "model,H,I,E,topk,T,op,");
+  TU_CHECK(&counts, rc == 0 && s.rows == 0 && s.header == 1, "moe empty: rc %d, %d rows", rc, s.rows);
+  o.only_T = 0;
+  o.op = "softmax";
+  rc = dsk_bench_moe(ctx, &o, f);
+  TU_CHECK(&counts, rc != 0, "moe: unknown op accepted");
+  fclose(f);
+}
+
 int main(void) {
   dsk_ctx *ctx = tu_ctx(NULL);
   TU_CHECK(&counts, ctx != NULL, "context");
   if (!ctx) return tu_finish("test_bench_cli", &counts);
   test_mhc(ctx);
   test_indexer(ctx);
+  test_moe(ctx);
   dsk_ctx_destroy(ctx);
   return tu_finish("test_bench_cli", &counts);
 }

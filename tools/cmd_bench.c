@@ -1,7 +1,8 @@
-/* cmd_bench.c - `dsk bench sparse-mla | mhc | indexer`: the kernels on the
- * model shapes, with the device copy bandwidth measured in the same run
- * (tests/harness/bench_mla.c, bench_mhc.c, bench_indexer.c). Benchmarks are
- * never assertions: the exit status only says whether every case ran. */
+/* cmd_bench.c - `dsk bench sparse-mla | mhc | indexer | moe`: the kernels on
+ * the model shapes, with the device copy bandwidth measured in the same run
+ * (tests/harness/bench_mla.c, bench_mhc.c, bench_indexer.c, bench_moe.c).
+ * Benchmarks are never assertions: the exit status only says whether every
+ * case ran. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,6 +17,7 @@ static const char *const k_usage =
     "  sparse-mla   dsk_sparse_mla_decode on the DSv4, GLM-5.1 and V3.2 shapes\n"
     "  mhc          the mHC ops (prenorm, pre, post, head) of DSv4-Flash and -Pro\n"
     "  indexer      indexer scores, top-k and the fused slot path (DSv4, V3.2, GLM)\n"
+    "  moe          one MoE layer (dsk_moe_run) and its ops, GEMMs alone (DSv4, GLM)\n"
     "\n"
     "Each prints CSV rows (lines starting with '#' are comments: device, copy\n"
     "bandwidth, method). Common options: --device D, --backend B, --reps N,\n"
@@ -142,7 +144,51 @@ static const char *const k_usage_idx =
     "  --seed N         random seed (default 7)\n"
     "  -h, --help       this text\n";
 
-typedef enum bench_kind { BENCH_MLA, BENCH_MHC, BENCH_IDX } bench_kind;
+static const char *const k_usage_moe =
+    "usage: dsk bench moe [--device D] [--backend B] [--reps N] [--warm]\n"
+    "                     [--model NAME] [--max-t N] [--t N] [--op OP] [--quick] [--seed N]\n"
+    "\n"
+    "Times one MoE layer (spec/mxfp4-moe.md §6: route, 1x128 quantize, permute,\n"
+    "FC1, SwiGLU + re-quantize, FC2, shared expert, gather) of DSv4-Flash (H 4096,\n"
+    "I 2048, 256 MXFP4 experts, top-6), DSv4-Pro (H 7168, I 3072, 384, top-6) and\n"
+    "GLM-5.1 (H 6144, I 2048, 256 FP8 experts, top-8) at TP1 for T in 1, 16, 128,\n"
+    "4096 tokens. Experts are generated in process (a few distinct ones, repeated\n"
+    "over all E slots) and prepared by dsk_moe_prepare_weights; routing comes from\n"
+    "the router on random x (close to uniform). Rows per (model, T):\n"
+    "  layer    dsk_moe_run (goals on DSv4-Flash: T <= 16 weight streaming >= 70%\n"
+    "           of the copy bandwidth; T = 4096 >= 200 TFLOPS)\n"
+    "  route, quant, permute (+ SFA packing), fc1, swiglu, fc2, shared (dense\n"
+    "           FC1 + SwiGLU + FC2), gather   each op of the layer alone\n"
+    "Each row: 3 warm-ups, then N samples (default 20), each one call between two\n"
+    "device events with L2 flushed before it (unless --warm); the median is\n"
+    "reported. The device-to-device copy bandwidth (read + write) is measured\n"
+    "first.\n"
+    "\n"
+    "CSV columns: model, H, I, E, topk, T, op, M_sum and A_used (worst case, as\n"
+    "dsk_moe_run), active (distinct experts routed to), median_us, tflops (2 per\n"
+    "multiply-add over the T*topk real rows; router and shared expert in the layer),\n"
+    "gbps, pct_copy_bw (gbps / copy bandwidth), bytes, goal. Bytes: weight bytes\n"
+    "(data + packed scales of the active experts, the shared expert, the router\n"
+    "weight) for layer, route, fc1, fc2, shared; activation bytes read + written\n"
+    "for quant, permute, swiglu, gather.\n"
+    "\n"
+    "options:\n"
+    "  --device D       cpu, cuda:N or auto (default auto)\n"
+    "  --backend B      force a backend by name\n"
+    "  --reps N         samples per row (default 20)\n"
+    "  --warm           do not flush L2 between samples\n"
+    "  --model NAME     only models whose name contains NAME (dsv4-flash, dsv4-pro,\n"
+    "                   glm-5.1)\n"
+    "  --max-t N        skip token counts above N\n"
+    "  --t N            only token count N\n"
+    "  --op OP          only rows of OP (layer, route, quant, permute, fc1, swiglu,\n"
+    "                   fc2, shared, gather)\n"
+    "  --quick          reduced shapes (H 256/384, I 256/384, E 16/24), T 1 and 16\n"
+    "                   (tests; the CPU reference)\n"
+    "  --seed N         random seed (default 7)\n"
+    "  -h, --help       this text\n";
+
+typedef enum bench_kind { BENCH_MLA, BENCH_MHC, BENCH_IDX, BENCH_MOE } bench_kind;
 
 /* Options of every benchmark; each one reads its own. */
 typedef struct bench_args {
@@ -156,9 +202,9 @@ typedef struct bench_args {
 static int opt_of(bench_kind k, const char *a, const char *usage, int *rc) {
   static const struct {
     const char *name;
-    unsigned mask; /* 1 mla, 2 mhc, 4 indexer */
-  } k_only[] = {{"--heads", 1}, {"--mma-tflops", 1}, {"--splits", 2}, {"--op", 6}, {"--per-req", 4}, {"--context", 4}};
-  static const char *const names[] = {"sparse-mla", "mhc", "indexer"};
+    unsigned mask; /* 1 mla, 2 mhc, 4 indexer, 8 moe */
+  } k_only[] = {{"--heads", 1}, {"--mma-tflops", 1}, {"--splits", 2}, {"--op", 14}, {"--per-req", 4}, {"--context", 4}};
+  static const char *const names[] = {"sparse-mla", "mhc", "indexer", "moe"};
   for (size_t i = 0; i < sizeof k_only / sizeof k_only[0]; i++) {
     const size_t n = strlen(k_only[i].name);
     if (strncmp(a, k_only[i].name, n) == 0 && (a[n] == '\0' || a[n] == '=') && !(k_only[i].mask & (1u << k))) {
@@ -185,8 +231,11 @@ int dsk_cmd_bench(int argc, char **argv) {
   } else if (strcmp(argv[1], "indexer") == 0) {
     kind = BENCH_IDX;
     usage = k_usage_idx;
+  } else if (strcmp(argv[1], "moe") == 0) {
+    kind = BENCH_MOE;
+    usage = k_usage_moe;
   } else {
-    return dsk_cli_usage_error("bench", k_usage, "unknown benchmark '%s' (available: sparse-mla, mhc, indexer)",
+    return dsk_cli_usage_error("bench", k_usage, "unknown benchmark '%s' (available: sparse-mla, mhc, indexer, moe)",
                                argv[1]);
   }
   bench_args b;
@@ -279,6 +328,18 @@ int dsk_cmd_bench(int argc, char **argv) {
     o.fixed_splits = b.splits;
     o.seed = b.seed;
     rc = dsk_bench_mhc(ctx, &o, stdout);
+  } else if (kind == BENCH_MOE) {
+    dsk_bench_moe_opts o;
+    memset(&o, 0, sizeof o);
+    o.reps = b.reps;
+    o.warm = b.warm;
+    o.quick = b.quick;
+    o.max_T = b.max_T;
+    o.only_T = b.only_T;
+    o.model = b.model;
+    o.op = b.op;
+    o.seed = b.seed;
+    rc = dsk_bench_moe(ctx, &o, stdout);
   } else {
     dsk_bench_indexer_opts o;
     memset(&o, 0, sizeof o);

@@ -1,8 +1,8 @@
 #!/bin/bash
 # GPU suite: build with CUDA, then the backend-vs-reference harness on the
-# GPU (both backend tables), compute-sanitizer, the demo and the decode
-# benchmark. Logs go to $OUT (or /tmp/dsk-gpu). Usage:
-#   tools/gpu-suite.sh [build|check|sanitize|demo|bench|all]...
+# GPU (both backend tables), compute-sanitizer, the demo, the benchmarks
+# and the warmup timing. Logs go to $OUT (or /tmp/dsk-gpu). Usage:
+#   tools/gpu-suite.sh [build|check|sanitize|demo|bench|tune|all]...
 set -uo pipefail
 OUT=${OUT:-/tmp/dsk-gpu}
 mkdir -p "$OUT"
@@ -24,7 +24,8 @@ run() { # name, command...
 for what in "${@:-all}"; do
   case $what in
     build|all)
-      run cmake cmake -S . -B "$B" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES="$ARCHS" || exit 1
+      run cmake cmake -S . -B "$B" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES="$ARCHS" \
+        ${DSK_CMAKE_FLAGS:-} || exit 1
       run build cmake --build "$B" -j "$(nproc)" || exit 1
       "$B/dsk" info > "$OUT/info.log" 2>&1 ;;&
     check|all)
@@ -39,7 +40,17 @@ for what in "${@:-all}"; do
     bench|all)
       run bench "$B/dsk" bench sparse-mla --device cuda:0
       run bench_mhc "$B/dsk" bench mhc --device cuda:0
-      run bench_indexer "$B/dsk" bench indexer --device cuda:0 ;;&
+      run bench_indexer "$B/dsk" bench indexer --device cuda:0
+      run bench_moe "$B/dsk" bench moe --device cuda:0 ;;&
+    tune|all)
+      # issue 4's warmup goals: DSv4-Flash TP 2 from an empty cache, then
+      # with the cache it wrote (wall clock of the whole process)
+      tdir=$(mktemp -d)
+      run tune_empty env DSK_CACHE_DIR="$tdir" "$B/dsk" tune --model deepseek-v4-flash --tp 2 --max-tokens 256 \
+        --max-context 131072 --device cuda:0
+      run tune_full env DSK_CACHE_DIR="$tdir" "$B/dsk" tune --model deepseek-v4-flash --tp 2 --max-tokens 256 \
+        --max-context 131072 --device cuda:0
+      rm -rf "$tdir" ;;&
     *) ;;
   esac
 done

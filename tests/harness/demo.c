@@ -35,6 +35,16 @@
  *     by the test rule of spec/indices.md §9 against the reference scores;
  *     GB/s over the distinct key bytes read (132 B per entry).
  *
+ * Then one MoE row per model (DSv4-Flash, GLM-5.1, DSv4-Pro; the rows are
+ * made by dsk__moe_demo_row in check_moe.c): dsk_moe_run of one layer for
+ * the same 16 tokens through the router; on CUDA production H / I / E /
+ * top-k with 16 local experts (an EP16 rank, the selection bias steering
+ * every token to them), on the CPU (or with quick) reduced shapes, labelled
+ * "rd"; checked against the cpu-ref layer and an fp64 forward with the
+ * spec's bound (diff <= 0.01, spec/mxfp4-moe.md §8); widths = local/global
+ * experts; GB/s over the weight bytes read (active experts, shared expert,
+ * router), TFLOPS over the real rows.
+ *
  * Timing: the median of o->reps runs (default 20 on CUDA, 3 on the CPU) after
  * one warm-up run. Each run is bracketed by dsk_ctx_synchronize and read with
  * the host clock (tu_now_us): for a CUDA context this includes the launch
@@ -1032,6 +1042,10 @@ int dsk_demo_run(dsk_ctx *ctx, const dsk_demo_opts *o_in, FILE *out) {
                "max_abs of R' vs the cpu-ref; indexer row: logits + top-%d, ratio 4, GB/s over the key bytes read, "
                "rel_l2 / max_abs of the scores; their bounds follow the result\n",
           DEMO_MHC_D, 512);
+  fprintf(out, "demo: MoE rows: dsk_moe_run of one layer, %d tokens through the router, widths = local/global experts "
+               "(rd = reduced shapes), GB/s over the weight bytes read, rel_l2 / max_abs of y vs the cpu-ref (else fp64), "
+               "bound diff <= 0.01 vs the cpu-ref and fp64\n",
+          DEMO_T);
   fprintf(out, "%-16s %-10s %3s %3s %-9s %3s %11s %8s %8s %9s %9s %9s  %s\n", "model", "backend", "T", "H", "widths",
           "cpb", "median_us", "GB/s", "TFLOPS", "rel_l2", "max_abs", "lse_abs", "result");
   fflush(out);
@@ -1076,6 +1090,27 @@ int dsk_demo_run(dsk_ctx *ctx, const dsk_demo_opts *o_in, FILE *out) {
             r->pass ? "PASS" : "FAIL", r->note);
     fflush(out);
     if (!r->pass) rc = 1;
+  }
+
+  /* the MoE rows */
+  static const char *const moe_names[3] = {"DSv4-Flash MoE", "GLM-5.1 MoE", "DSv4-Pro MoE"};
+  for (int i = 0; i < 3; i++) {
+    double res[5];
+    int pass = 0;
+    char widths[16] = "-", note[256] = "";
+    const int err = !ref ? 1
+                         : dsk__moe_demo_row(ctx, ref, i, o.quick, reps, o.seed, res, &pass, widths, sizeof widths, note,
+                                             sizeof note);
+    if (err) {
+      fprintf(out, "%-16s %-10s %3d %3s %-9s  ERROR (%s)\n", moe_names[i], ci.backend, DEMO_T, "-", widths,
+              dsk_last_error());
+      rc = 1;
+      continue;
+    }
+    fprintf(out, "%-16s %-10s %3d %3s %-9s %3s %11.1f %8.2f %8.4f %9.2e %9.2e %9s  %s  %s\n", moe_names[i], ci.backend,
+            DEMO_T, "-", widths, "-", res[0], res[1], res[2], res[3], res[4], "-", pass ? "PASS" : "FAIL", note);
+    fflush(out);
+    if (!pass) rc = 1;
   }
   if (ref) dsk_ctx_destroy(ref);
   return rc;

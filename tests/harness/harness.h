@@ -118,4 +118,24 @@ typedef struct dsk_bench_indexer_opts {
 } dsk_bench_indexer_opts;
 int dsk_bench_indexer(dsk_ctx *ctx, const dsk_bench_indexer_opts *o, FILE *out);
 
+/* `dsk bench moe` (bench_moe.c): one MoE layer (dsk_moe_run) of DSv4-Flash,
+ * DSv4-Pro and GLM-5.1 and each of its ops alone; CSV to `out`. */
+typedef struct dsk_bench_moe_opts {
+  int reps;          /* samples per row (median); 0 = 20 */
+  int warm;          /* 1 = no L2 flush between samples */
+  int quick;         /* reduced shapes (H 256..384, E 16..24), T 1 and 16 (tests, CPU) */
+  int max_T;         /* skip T above this; 0 = all */
+  int only_T;        /* run only this T; 0 = all */
+  const char *model; /* substring filter on the model name, or NULL */
+  const char *op;    /* only this op row (names as printed), or NULL */
+  uint64_t seed;
+} dsk_bench_moe_opts;
+int dsk_bench_moe(dsk_ctx *ctx, const dsk_bench_moe_opts *o, FILE *out);
+
+/* check_moe.c: one MoE row of `dsk demo` (which: 0 DSv4-Flash, 1 GLM-5.1,
+ * 2 DSv4-Pro; production shapes on CUDA, reduced ones on the CPU). res:
+ * median_us, GB/s, TFLOPS, rel_l2, max_abs. Returns 0 if the row ran. */
+int dsk__moe_demo_row(dsk_ctx *ctx, dsk_ctx *ref, int which, int quick, int reps, uint64_t seed, double res[5],
+                      int *pass, char *label, size_t label_len, char *note, size_t note_len);
+
 #endif

@@ -76,6 +76,15 @@ dsk_status dsk__cuda_topk(dsk_ctx *ctx, const dsk__topk_args *a);
 /* Shared memory bytes of one logits CTA for n_heads (the kernel's own
  * layout; <= DSK_SM120_SMEM_LIMIT for every n_heads in 1..128). */
 int64_t dsk__cuda_indexer_logits_smem_bytes(int64_t n_heads);
+/* moe_ops.cu: the MoE ops other than the GEMMs (same kernels for both tables) */
+dsk_status dsk__cuda_mx_quantize(dsk_ctx *ctx, const dsk_mx_quantize_desc *d);
+dsk_status dsk__cuda_fp8_quantize_1x128(dsk_ctx *ctx, const dsk_fp8_quantize_desc *d);
+dsk_status dsk__cuda_pack_ue8m0_words(dsk_ctx *ctx, const dsk_pack_ue8m0_desc *d);
+dsk_status dsk__cuda_sf_pack_mn_major(dsk_ctx *ctx, const dsk_sf_pack_desc *d);
+dsk_status dsk__cuda_moe_route(dsk_ctx *ctx, const dsk_moe_route_desc *d);
+dsk_status dsk__cuda_moe_permute(dsk_ctx *ctx, const dsk_moe_permute_desc *d);
+dsk_status dsk__cuda_swiglu_quant(dsk_ctx *ctx, const dsk_swiglu_quant_desc *d);
+dsk_status dsk__cuda_moe_gather(dsk_ctx *ctx, const dsk_moe_gather_desc *d);
 
 #ifdef __cplusplus
 }

@@ -27,7 +27,15 @@
   .topk = dsk__cuda_topk,                                 \
   .bench_samples = dsk__cuda_bench_samples,               \
   .bench_copy = dsk__cuda_bench_copy,                     \
-  .stream_capturing = dsk__cuda_stream_capturing
+  .stream_capturing = dsk__cuda_stream_capturing,         \
+  .mx_quantize = dsk__cuda_mx_quantize,                   \
+  .fp8_quantize_1x128 = dsk__cuda_fp8_quantize_1x128,     \
+  .pack_ue8m0_words = dsk__cuda_pack_ue8m0_words,         \
+  .sf_pack_mn_major = dsk__cuda_sf_pack_mn_major,         \
+  .moe_route = dsk__cuda_moe_route,                       \
+  .moe_permute = dsk__cuda_moe_permute,                   \
+  .swiglu_quant = dsk__cuda_swiglu_quant,                 \
+  .moe_gather = dsk__cuda_moe_gather
 
 const dsk_backend dsk__backend_cuda_sm90 = {
     .name = "cuda-sm90",
