@@ -634,8 +634,8 @@ DSK_API dsk_status dsk_indexer_topk_slots(dsk_ctx *ctx, const dsk_indexer_topk_s
  * field, bad data inside buffers -> the op's rule + optional counters.
  * Pointers are device pointers for a CUDA context and host pointers for a
  * CPU context, except where a function says "host" (weight preparation and
- * the pure helpers). CUDA contexts currently answer DSK_STATUS_UNSUPPORTED
- * for the run calls (the CUDA MoE kernels are not built yet).
+ * the pure helpers). Both the cpu-ref and the CUDA backends serve every
+ * run call.
  *
  * Layout vocabulary
  *   fp8      OCP e4m3fn bytes (dsk_e4m3_from_f32 / dsk_e4m3_to_f32)

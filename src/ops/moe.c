@@ -140,8 +140,6 @@ static int64_t rows_bytes(int64_t rows, int64_t stride, int64_t width, int64_t e
 /* The answer of a run or plan call whose backend slot is NULL. */
 static dsk_status not_served(const dsk_ctx *ctx, const char *op) {
   const dsk_backend *b = ctx->backend;
-  if (b->is_cuda)
-    return dsk__fail(DSK_STATUS_UNSUPPORTED, "moe: the CUDA MoE kernels are not built yet (%s on %s)", op, b->name);
   return dsk__fail(DSK_STATUS_UNSUPPORTED, "moe: backend %s does not serve %s", b->name, op);
 }
 

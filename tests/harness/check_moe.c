@@ -1033,6 +1033,197 @@ static int expect_bad(tu_counts *c, FILE *log, dsk_status st, const char *what, 
   return !ok;
 }
 
+/* ------------------------------------------------------------ GEMM tactics
+ *
+ * dsk_moe_gemm and dsk_dense_fp8_gemm on the backend vs the cpu-ref on the
+ * same bytes, every tactic (BLOCK_M dividing A_used, BLOCK_N 64/128/256,
+ * split 1 and the largest valid split): diff metric over the live rows,
+ * padding rows of A poisoned with 0x7F, blocks starting with -1 (and a bad
+ * block index, counted) left unwritten, columns past N (D_stride gap) left
+ * unwritten, one A_stride that is not a multiple of 16 (the backend's
+ * unaligned path). */
+static void gx_put(uint8_t *words, int64_t G, int64_t MN, int64_t sf_k, int64_t g, int64_t mn, int64_t kg,
+                   uint8_t v) {
+  const int64_t Kp = (sf_k + 3) / 4, T4 = (MN + 3) / 4 * 4;
+  words[4 * (g * Kp * T4 + (kg / 4) * T4 + mn) + kg % 4] = v;
+  (void)G;
+}
+
+typedef struct gx_case {
+  const char *name;
+  int mx, dense;
+  int64_t N, K, EL, A_used; /* dense: EL 1, A_used = M */
+  int64_t counts[6];
+  int64_t a_pad;            /* A_stride = K + a_pad */
+  int bad_block;            /* m_indices[0] = EL + 3 (skipped, counted) */
+} gx_case;
+
+static int gx_run(dsk_ctx *ctx, dsk_ctx *ref, const gx_case *g, const dsk_check_opts *o, tu_counts *c, FILE *log) {
+  tu_rng r = tu_rng_make(o->seed ^ 0x47454D4Du ^ (uint64_t)(g->N * 7 + g->K * 13 + g->EL));
+  const int64_t N = g->N, K = g->K, EL = g->dense ? 1 : g->EL, A = g->A_used;
+  int64_t M = 0;
+  if (g->dense) {
+    M = g->A_used;
+  } else {
+    for (int64_t e = 0; e < EL; e++) M += (g->counts[e] + A - 1) / A * A;
+    M += A; /* a trailing padding block */
+  }
+  const int64_t As = K + g->a_pad, Ds = N + 6;
+  const int64_t sfk_a = K / 128, sfk_b = g->mx ? K / 32 : K / 128;
+  const int64_t Wa = dsk_sf_packed_words(1, M, sfk_a), Wb = dsk_sf_packed_words(EL, N, sfk_b);
+  const int64_t Bbytes = EL * N * (g->mx ? K / 2 : K);
+  uint8_t *hA = mc_host((size_t)(M * As)), *hB = mc_host((size_t)Bbytes);
+  uint8_t *hsa = mc_host(sizeof(int32_t) * (size_t)Wa), *hsb = mc_host(sizeof(int32_t) * (size_t)Wb);
+  int32_t *mind = mc_host(sizeof(int32_t) * (size_t)M);
+  dsk_bf16 *Dx = mc_host(sizeof(dsk_bf16) * (size_t)(M * Ds)), *Dr = mc_host(sizeof(dsk_bf16) * (size_t)(M * Ds));
+  for (int64_t i = 0; i < M; i++) mind[i] = -1;
+  if (!g->dense) {
+    int64_t row = 0;
+    for (int64_t e = 0; e < EL; e++) {
+      for (int64_t i = 0; i < g->counts[e]; i++) mind[row + i] = (int32_t)e;
+      row += (g->counts[e] + A - 1) / A * A;
+    }
+  }
+  for (int64_t i = 0; i < M; i++)
+    for (int64_t k = 0; k < As; k++) {
+      uint8_t q = (uint8_t)tu_next(&r);
+      if ((q & 0x7F) == 0x7F) q = 0x38;
+      hA[i * As + k] = (g->dense || mind[i] >= 0) ? q : 0x7F; /* padding rows: NaN, must not leak */
+    }
+  for (int64_t i = 0; i < M; i++)
+    for (int64_t kg = 0; kg < sfk_a; kg++) gx_put(hsa, 1, M, sfk_a, 0, i, kg, (uint8_t)tu_int(&r, 112, 122));
+  for (int64_t i = 0; i < Bbytes; i++) {
+    uint8_t q = (uint8_t)tu_next(&r);
+    if (!g->mx && (q & 0x7F) == 0x7F) q = 0xC0;
+    hB[i] = q;
+  }
+  for (int64_t e = 0; e < EL; e++)
+    for (int64_t n = 0; n < N; n++)
+      for (int64_t kg = 0; kg < sfk_b; kg++)
+        gx_put(hsb, EL, N, sfk_b, e, n, kg, (uint8_t)(g->mx ? tu_int(&r, 117, 121) : tu_int(&r, 113, 117)));
+  if (g->bad_block) mind[0] = (int32_t)(EL + 3);
+
+  static const int bns[3] = {64, 128, 256};
+  static const int bms_g[2] = {64, 128}, bms_d[4] = {16, 32, 64, 128};
+  const int nbm = g->dense ? 4 : 2;
+  int rc = 0;
+  dsk_ctx *cs[2] = {ctx, ref};
+  for (int ib = 0; ib < nbm; ib++)
+    for (int in = 0; in < 3; in++) {
+      const int bm = g->dense ? bms_d[ib] : bms_g[ib], bn = bns[in];
+      if (!g->dense && A % bm != 0) continue;
+      const int split = (K / 4) % 128 == 0 ? 4 : (K / 2) % 128 == 0 ? 2 : 1;
+      int64_t cnt[2] = {0, 0};
+      dsk_status st = DSK_STATUS_OK;
+      for (int w = 0; w < 2 && st == DSK_STATUS_OK; w++) {
+        mc_bufs b = {cs[w], {0}, 0};
+        uint8_t *dA = mc_up(&b, hA, (size_t)(M * As), &st), *dB = mc_up(&b, hB, (size_t)Bbytes, &st);
+        int32_t *dsa = mc_up(&b, hsa, sizeof(int32_t) * (size_t)Wa, &st);
+        int32_t *dsb = mc_up(&b, hsb, sizeof(int32_t) * (size_t)Wb, &st);
+        int32_t *dm = mc_up(&b, mind, sizeof(int32_t) * (size_t)M, &st);
+        dsk_bf16 *dD = mc_alloc(&b, sizeof(dsk_bf16) * (size_t)(M * Ds), &st);
+        int64_t *dc = mc_alloc(&b, sizeof(int64_t), &st);
+        if (st == DSK_STATUS_OK) st = dsk_mem_set(cs[w], dD, 0xFF, sizeof(dsk_bf16) * (size_t)(M * Ds));
+        if (st == DSK_STATUS_OK) st = dsk_mem_set(cs[w], dc, 0, sizeof(int64_t));
+        if (st == DSK_STATUS_OK && !g->dense) {
+          dsk_moe_gemm_desc d;
+          memset(&d, 0, sizeof d);
+          d.struct_size = sizeof d;
+          d.M_sum = M; d.N = N; d.K = K; d.E_local = EL; d.A_used = A;
+          d.A = dA; d.A_stride = As;
+          d.sfa.words = dsa; d.sfa.groups = 1; d.sfa.mn = M; d.sfa.sf_k = sfk_a;
+          d.m_indices = dm; d.b_fmt = g->mx ? DSK_MOE_W_MXFP4 : DSK_MOE_W_FP8; d.B = dB;
+          d.sfb.words = dsb; d.sfb.groups = EL; d.sfb.mn = N; d.sfb.sf_k = sfk_b;
+          d.D = dD; d.D_stride = Ds; d.counters = dc;
+          d.tactic.op = DSK_OP_MOE_GEMM; d.tactic.version = DSK_MOE_GEMM_TACTIC_VERSION;
+          d.tactic.v[0] = bm; d.tactic.v[1] = bn; d.tactic.v[2] = w == 0 ? split : 1;
+          st = dsk_moe_gemm(cs[w], &d);
+        } else if (st == DSK_STATUS_OK) {
+          dsk_dense_gemm_desc d;
+          memset(&d, 0, sizeof d);
+          d.struct_size = sizeof d;
+          d.M = M; d.N = N; d.K = K; d.A = dA; d.A_stride = As;
+          d.sfa.words = dsa; d.sfa.groups = 1; d.sfa.mn = M; d.sfa.sf_k = sfk_a;
+          d.B = dB; d.sfb.words = dsb; d.sfb.groups = 1; d.sfb.mn = N; d.sfb.sf_k = sfk_b;
+          d.D = dD; d.D_stride = Ds;
+          d.tactic.op = DSK_OP_MOE_DENSE_GEMM; d.tactic.version = DSK_DENSE_GEMM_TACTIC_VERSION;
+          d.tactic.v[0] = bm; d.tactic.v[1] = bn; d.tactic.v[2] = w == 0 ? split : 1;
+          st = dsk_dense_fp8_gemm(cs[w], &d);
+        }
+        if (st == DSK_STATUS_OK) st = mc_down(cs[w], w == 0 ? Dx : Dr, dD, sizeof(dsk_bf16) * (size_t)(M * Ds));
+        if (st == DSK_STATUS_OK) st = mc_down(cs[w], &cnt[w], dc, sizeof(int64_t));
+        mc_free(&b);
+      }
+      if (st == DSK_STATUS_UNSUPPORTED) {
+        fprintf(log, "moe gemm %-24s skipped on %s: %s\n", g->name, dsk_status_name(st), dsk_last_error());
+        goto done;
+      }
+      TU_CHECK(c, st == DSK_STATUS_OK, "moe gemm %s BM %d BN %d: %s: %s", g->name, bm, bn, dsk_status_name(st),
+               dsk_last_error());
+      if (st != DSK_STATUS_OK) {
+        rc = 1;
+        goto done;
+      }
+      {
+        double sxy = 0, s2 = 0;
+        int64_t stray = 0, nonfinite = 0, live = 0;
+        for (int64_t i = 0; i < M; i++) {
+          const int32_t eb = g->dense ? 0 : mind[(i / bm) * bm];
+          const int row_live = g->dense || (eb >= 0 && eb < EL && mind[i] >= 0);
+          const int block_dead = !g->dense && (eb < 0 || eb >= EL);
+          for (int64_t n = 0; n < Ds; n++) {
+            const dsk_bf16 x = Dx[i * Ds + n];
+            if (n >= N || block_dead) {
+              stray += x != 0xFFFF;
+              continue;
+            }
+            if (!row_live) continue; /* padding row of a live block: unspecified */
+            const double a = mc_bf(Dr[i * Ds + n]), v = mc_bf(x);
+            nonfinite += !isfinite(v);
+            sxy += a * v;
+            s2 += a * a + v * v;
+            live++;
+          }
+        }
+        const double df = s2 == 0 ? 0.0 : 1.0 - 2.0 * sxy / s2;
+        const int bad = df > 1e-4 || stray || nonfinite || cnt[0] != cnt[1];
+        TU_CHECK(c, !bad, "moe gemm %s BM %d BN %d split %d: diff %.3g, %lld stray writes, %lld non-finite, counters %lld vs %lld",
+                 g->name, bm, bn, split, df, (long long)stray, (long long)nonfinite, (long long)cnt[0], (long long)cnt[1]);
+        fprintf(log, "moe gemm %-24s M %5lld N %5lld K %5lld BM %3d BN %3d split %d: diff vs cpu-ref %.2e (%lld outputs) %s\n",
+                g->name, (long long)M, (long long)N, (long long)K, bm, bn, split, df, (long long)live, bad ? "FAIL" : "ok");
+        rc |= bad;
+      }
+    }
+done:
+  free(hA); free(hB); free(hsa); free(hsb); free(mind); free(Dx); free(Dr);
+  return rc;
+}
+
+static int check_gemm_tactics(dsk_ctx *ctx, dsk_ctx *ref, int same, const dsk_check_opts *o, tu_counts *c, FILE *log) {
+  if (same) return 0; /* the cpu-ref against itself */
+  static const gx_case quick[] = {
+      {"fp8xfp4 A64", 1, 0, 384, 384, 4, 64, {5, 0, 70, 1}, 0, 0},
+      {"fp8xfp4 A128 one expert", 1, 0, 256, 512, 3, 128, {0, 0, 200}, 0, 1},
+      {"fp8xfp4 A128 unaligned A", 1, 0, 128, 256, 2, 128, {17, 129}, 8, 0},
+      {"fp8xfp8 A64", 0, 0, 384, 384, 4, 64, {3, 64, 0, 65}, 0, 0},
+      {"fp8xfp8 A128 bad block", 0, 0, 256, 256, 2, 128, {129, 7}, 0, 1},
+      {"dense M 1", 0, 1, 384, 256, 1, 1, {0}, 0, 0},
+      {"dense M 37", 0, 1, 256, 640, 1, 37, {0}, 0, 0},
+      {"dense M 130 unaligned A", 0, 1, 128, 384, 1, 130, {0}, 4, 0},
+  };
+  static const gx_case full[] = {
+      {"DSv4-Flash FC1 T 1", 1, 0, 4096, 4096, 8, 64, {1, 1, 1, 1, 1, 1}, 0, 0},
+      {"DSv4-Flash FC2 T 64", 1, 0, 4096, 2048, 6, 128, {64, 64, 64, 64, 64, 64}, 0, 0},
+      {"GLM-5.1 FC1", 0, 0, 4096, 6144, 6, 128, {100, 3, 0, 40, 1, 130}, 0, 0},
+      {"shared FC1 T 8", 0, 1, 4096, 4096, 1, 8, {0}, 0, 0},
+  };
+  int rc = 0;
+  const gx_case *cs = o->quick ? quick : full;
+  const size_t n = o->quick ? sizeof quick / sizeof quick[0] : sizeof full / sizeof full[0];
+  for (size_t i = 0; i < n; i++) rc |= gx_run(ctx, ref, &cs[i], o, c, log);
+  return rc;
+}
+
 static int check_bad_inputs(dsk_ctx *ctx, tu_counts *c, FILE *log) {
   mc_bufs b = {ctx, {0}, 0};
   dsk_status st = DSK_STATUS_OK;
@@ -1754,6 +1945,7 @@ int dsk_check_moe(dsk_ctx *ctx, const dsk_check_opts *o, tu_counts *c) {
   rc |= check_swiglu(ctx, ref, o, c, log);
   rc |= check_gather(ctx, ref, o, c, log);
   rc |= check_gemms(ctx, ref, o, c, log);
+  rc |= check_gemm_tactics(ctx, ref, same, o, c, log);
   rc |= check_bad_inputs(ctx, c, log);
   /* the layer */
   static const mc_case quick[] = {

@@ -85,6 +85,10 @@ dsk_status dsk__cuda_moe_route(dsk_ctx *ctx, const dsk_moe_route_desc *d);
 dsk_status dsk__cuda_moe_permute(dsk_ctx *ctx, const dsk_moe_permute_desc *d);
 dsk_status dsk__cuda_swiglu_quant(dsk_ctx *ctx, const dsk_swiglu_quant_desc *d);
 dsk_status dsk__cuda_moe_gather(dsk_ctx *ctx, const dsk_moe_gather_desc *d);
+/* moe_gemm.cu: the grouped GEMM (FP8 x MXFP4, FP8 x FP8 128x128 blocks) and
+ * the dense FP8 GEMM; e4m3 m16n8k32 MMAs on sm_120, f16 MMAs on sm_90 */
+dsk_status dsk__cuda_moe_gemm(dsk_ctx *ctx, const dsk_moe_gemm_desc *d, const dsk_tactic *t);
+dsk_status dsk__cuda_dense_fp8_gemm(dsk_ctx *ctx, const dsk_dense_gemm_desc *d, const dsk_tactic *t);
 
 #ifdef __cplusplus
 }

@@ -1,7 +1,7 @@
 /* cuda_tables.c - the cuda-sm90 and cuda-sm120 backend tables. Both run the
  * same portable kernels (mma.sync, cp.async; no wgmma, TMEM or clusters);
- * cuda-sm120 is built for sm_120a/sm_121a and has no native slots yet.
- * The MoE slots stay NULL: the CUDA MoE kernels are not built yet. */
+ * cuda-sm120 is built for sm_120a/sm_121a and has no native slots yet (the
+ * MoE GEMM picks its e4m3 or f16 MMA path by the device inside the slot). */
 #include "cuda_internal.h"
 
 #define DSK_CUDA_SLOTS                                    \
@@ -35,7 +35,9 @@
   .moe_route = dsk__cuda_moe_route,                       \
   .moe_permute = dsk__cuda_moe_permute,                   \
   .swiglu_quant = dsk__cuda_swiglu_quant,                 \
-  .moe_gather = dsk__cuda_moe_gather
+  .moe_gather = dsk__cuda_moe_gather,                     \
+  .moe_gemm = dsk__cuda_moe_gemm,                         \
+  .dense_fp8_gemm = dsk__cuda_dense_fp8_gemm
 
 const dsk_backend dsk__backend_cuda_sm90 = {
     .name = "cuda-sm90",

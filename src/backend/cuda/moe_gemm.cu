@@ -1,0 +1,725 @@
+/* moe_gemm.cu - the portable CUDA grouped GEMM of the MoE path (FP8 x MXFP4
+ * for DeepSeek-V4, FP8 x FP8 with 128x128 block scales for GLM-5.1) over the
+ * m-grouped contiguous layout, and the dense FP8 GEMM of the shared experts
+ * (spec/mxfp4-moe.md §4, §5, §7; docs/moe.md; the semantics are those of
+ * src/backend/cpu/ref_moe_gemm.c). One source for cuda-sm90 and cuda-sm120:
+ * mma.sync (f16 m16n8k16 or e4m3 m16n8k32, fp32 accumulation), ldmatrix,
+ * cp.async; no wgmma, TMEM or clusters; <= 99 KB of shared memory.
+ *
+ * Descriptors arrive validated (src/ops/moe.c): N and K multiples of 128,
+ * M_sum a multiple of A_used, BLOCK_M = tactic v[0] dividing A_used (grouped:
+ * 64 or 128; dense: 16, 32, 64 or 128), BLOCK_N = v[1] in {64, 128, 256}.
+ *
+ * CTA = one BLOCK_M x BLOCK_N tile of D. Grid x = N tiles (fastest, so the
+ * CTAs of one m-block run together and share its A rows in L2), grid y, z =
+ * the m-blocks (z * 65535 + y). K is walked in tiles of 128 (one
+ * activation scale group) through a multi-stage cp.async pipeline: as many
+ * stages of A, B and their scale words as fit 99 KB, at most 8.
+ *  - Grouped: the block's expert is m_indices[m0]; -1 = skipped (D not
+ *    written), < -1 or >= E_local = skipped and counted once (by the N-tile
+ *    0 CTA). Rows whose own index is negative are padding: their A rows are
+ *    zero-filled instead of read, an m16 slice without a live row skips its
+ *    MMAs, and padding rows are not written (the op leaves them unspecified).
+ *    A decode-time block holding a few real rows thus reads each weight byte
+ *    of its expert once and does MMA work for its first m16 slice only.
+ *  - Dense: rows >= M are handled like padding rows (never read or written).
+ *
+ * Warps: 4, 8 or 16 (table in Cfg).
+ * Shared layouts, 16-byte chunks swizzled so that the fragment reads below
+ * are free of bank conflicts:
+ *  - A and FP8 B: rows of 128 bytes, chunk c stored at c ^ ((row & 3) << 1).
+ *  - MXFP4 B: rows of 64 bytes (128 K values), chunk c (= MX block c) at
+ *    c ^ ((row >> 1) & 3).
+ *
+ * K order inside each k32 step [dsk]: a dot product does not depend on the
+ * order of its terms, so thread t of a quad feeds the MMAs of a step with the
+ * eight K values 8t..8t+7 of the 32-block, in an order that makes the MXFP4
+ * operand cheap: one 4-byte word of packed MXFP4 (bytes 4t..4t+3 of the
+ * row's 16-byte block, delivered by ldmatrix) holds exactly those eight
+ * codes. A (and FP8 B) take one 8-byte shared load per row and byte
+ * permutes into the same order.
+ *  - e4m3 path (mma m16n8k32): MMA positions 4t..4t+3 (a0/a1, b0) take the
+ *    even K values, 16+4t..16+4t+3 (a2/a3, b1) the odd ones; the low nibbles
+ *    of the word give b0, the high nibbles b1. E2M1 -> E4M3: code s.ee.m
+ *    becomes the byte s000.ee.m00 = the e4m3 of value * 2^-6 (exact).
+ *  - f16 path (two mma m16n8k16 per step): the f16x2 pairs are (v0,v4)
+ *    (v2,v6) for the first MMA and (v1,v5) (v3,v7) for the second; e4m3 ->
+ *    f16 by cvt (exact), e2m1 -> f16 by bit moves: s.ee.m -> s00000.ee.m +
+ *    nine zeros = value * 2^-14 (exact); A is multiplied by 2^7 (exact)
+ *    in the MXFP4 product.
+ * The power of two of the e2m1 encoding is folded into the activation scale.
+ *
+ * Accumulation: every k32 step's MMAs start from zero and are folded into
+ * the fp32 accumulator with fmaf(d, sa(row) * sb(col), acc): sb per (column,
+ * 32-block) for MXFP4, per (column, 128-block) for FP8. Activation scales and
+ * FP8 weight scales use the exact weight decoder (0 -> 2^-127, 0xFF -> NaN);
+ * MXFP4 weight scales the bit trick of spec §1.2 (0 -> 0, 0xFF -> +Inf, so a
+ * NaN block gives non-finite results, as intended). D is rounded once from
+ * fp32 to bf16 (RNE). The CPU reference accumulates in fp64, so results
+ * differ in low bits (the harness compares with the diff metric).
+ *
+ * split-K (tactic v[2]) [dsk]: accepted and not used. The op has no
+ * workspace (dsk_moe_gemm_plan returns 0 bytes) and D is bf16, so partial
+ * sums could only meet through bf16 atomics (rounding twice, order
+ * dependent). The decode shapes it is meant for get their parallelism from
+ * BLOCK_N 64 and their bytes in flight from the deep pipeline instead; the
+ * result is the same for every split value.
+ *
+ * A pointer or row stride that is not 16-byte aligned (B too) cannot feed
+ * cp.async 16: such calls run a simple one-thread-per-output kernel with
+ * the same arithmetic (slow; dsk_moe_run's buffers are always aligned). D is
+ * written with 4-byte stores when D and D_stride allow it, else 2-byte ones.
+ */
+#include <stdint.h>
+
+#include "cuda_common.cuh"
+#include "ptx.cuh"
+
+/* MMA path. DSK_MOE_MMA (compile-time; default 0):
+ *   0: mma m16n8k32 e4m3 where the tensor cores run it natively (compute
+ *      capability 10 and later: the sm_120a/121a builds); f16 m16n8k16 below
+ *      (sm_90, whose ptxas expands every e4m3 MMA into two f16 MMAs plus 12
+ *      operand conversions; the f16 path converts each operand once per k32
+ *      step and reuses it across the warp tile)
+ *   1: e4m3 everywhere (-DDSK_MOE_MMA=1 tests the sm_120 path on an H200)
+ *   2: f16 everywhere
+ * Each kernel is a template on the path (F16); the host picks the variant
+ * from the device's compute capability, and a device pass compiles only the
+ * variants of its own path (the others are empty stubs). */
+#ifndef DSK_MOE_MMA
+#define DSK_MOE_MMA 0
+#endif
+#if defined(__CUDA_ARCH__) && (DSK_MOE_MMA == 2 || (DSK_MOE_MMA == 0 && __CUDA_ARCH__ < 1000))
+#define DSK_MOE_F16 1
+#else
+#define DSK_MOE_F16 0
+#endif
+
+extern "C" {
+dsk_status dsk__cuda_moe_gemm(dsk_ctx *ctx, const dsk_moe_gemm_desc *d, const dsk_tactic *t);
+dsk_status dsk__cuda_dense_fp8_gemm(dsk_ctx *ctx, const dsk_dense_gemm_desc *d, const dsk_tactic *t);
+}
+
+namespace {
+
+constexpr int kSmemBudget = DSK_SM120_SMEM_LIMIT; /* 101376 bytes: every configuration fits SM120 */
+constexpr int kMaxStages = 8;
+/* MXFP4 products: factor that undoes the scaling of the e2m1 operands
+ * (e4m3 path: B = e2m1 * 2^-6; f16 path: B = e2m1 * 2^-14, A = e4m3 * 2^7) */
+template <bool F16>
+constexpr float kMxFold = F16 ? 128.f : 64.f;
+
+/* ------------------------------------------------------------ PTX wrappers */
+__device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+__device__ __forceinline__ void ldsm_x2(uint32_t (&r)[4], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0,%1}, [%2];\n" : "=r"(r[0]), "=r"(r[1]) : "r"(addr));
+  r[2] = r[3] = 0u;
+}
+/* 8-byte shared load that the compiler may neither merge with an earlier one
+ * nor hoist: re-reading the scale words costs less than keeping them live */
+__device__ __forceinline__ uint2 lds64_nocse(const void *p) {
+  uint2 v;
+  asm volatile("ld.shared.v2.u32 {%0,%1}, [%2];\n" : "=r"(v.x), "=r"(v.y) : "r"(dsk_ptx::smem_u32(p)));
+  return v;
+}
+/* d += A(16x32 e4m3) . B(32x8 e4m3), fp32 */
+__device__ __forceinline__ void mma_e4m3(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm("mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+/* ------------------------------------------------------------ small helpers */
+/* UE8M0 weight decoder (spec §1.2): 2^(e-127); 0 -> 2^-127, 0xFF -> NaN. */
+__device__ __forceinline__ float ue8m0_exact(uint32_t e) {
+  uint32_t bits = e << 23;
+  bits = e == 0u ? 0x00400000u : bits;
+  bits = e == 0xFFu ? 0x7FC00000u : bits;
+  return __uint_as_float(bits);
+}
+/* DeepGEMM's trick (spec §1.2): 0 -> 0.0, 0xFF -> +Inf. */
+__device__ __forceinline__ float ue8m0_fast(uint32_t e) { return __uint_as_float(e << 23); }
+
+/* Four e2m1 codes in the low (high) nibbles of the bytes of x -> four e4m3
+ * bytes of value * 2^-6. */
+__device__ __forceinline__ uint32_t e2m1_lo_to_e4m3(uint32_t x) {
+  return ((x << 4) & 0x80808080u) | ((x << 2) & 0x1C1C1C1Cu);
+}
+__device__ __forceinline__ uint32_t e2m1_hi_to_e4m3(uint32_t x) {
+  return (x & 0x80808080u) | ((x >> 2) & 0x1C1C1C1Cu);
+}
+
+/* f16 path (DSK_MOE_F16). A (and FP8 B): eight e4m3 bytes x0..x7 (K values
+ * 8t..8t+7 of the step) -> four f16x2 pairs (x0,x4) (x2,x6) | (x1,x5) (x3,x7):
+ * operands (a0|a2 or b0|b1) of the two k16 MMAs of the step. For the MXFP4
+ * product the A pairs are multiplied by 2^7 (exact: |e4m3| <= 448, 448 * 128
+ * < 65504). */
+template <bool SCALE>
+__device__ __forceinline__ void a_frag_f16(const uint2 v, uint32_t &m0p0, uint32_t &m0p1, uint32_t &m1p0,
+                                           uint32_t &m1p1) {
+  dsk_ptx::e4m3x4_to_f16x2x2(__byte_perm(v.x, v.y, 0x6240), m0p0, m0p1);
+  dsk_ptx::e4m3x4_to_f16x2x2(__byte_perm(v.x, v.y, 0x7351), m1p0, m1p1);
+  if (SCALE) {
+    const uint32_t k128 = 0x58005800u; /* f16x2 (128, 128) */
+    asm("mul.rn.f16x2 %0, %0, %1;\n" : "+r"(m0p0) : "r"(k128));
+    asm("mul.rn.f16x2 %0, %0, %1;\n" : "+r"(m0p1) : "r"(k128));
+    asm("mul.rn.f16x2 %0, %0, %1;\n" : "+r"(m1p0) : "r"(k128));
+    asm("mul.rn.f16x2 %0, %0, %1;\n" : "+r"(m1p1) : "r"(k128));
+  }
+}
+/* MXFP4 B, f16 path: the word of eight codes (code 2b in the low, 2b+1 in the
+ * high nibble of byte b) -> f16x2 pairs (c0,c4) (c2,c6) | (c1,c5) (c3,c7), each
+ * code s.ee.m as the f16 bits s00000.ee.m000000000 = value * 2^-14 (exact,
+ * subnormals included). The pair of nibbles at bits k..k+3 and k+16..k+19 of
+ * w becomes ((w << (12 - k)) & 0x80008000) | ((w << (9 - k)) & 0x0E000E00). */
+__device__ __forceinline__ uint32_t e2m1_pair_f16(uint32_t hi12, uint32_t hi9) {
+  return (hi12 & 0x80008000u) | (hi9 & 0x0E000E00u);
+}
+__device__ __forceinline__ void b_frag_mx_f16(uint32_t w, uint32_t &m0p0, uint32_t &m0p1, uint32_t &m1p0,
+                                              uint32_t &m1p1) {
+  m0p0 = e2m1_pair_f16(w << 12, w << 9); /* nibbles at bits 0, 16: codes 0, 4 */
+  m0p1 = e2m1_pair_f16(w << 4, w << 1);  /* bits 8, 24: codes 2, 6 */
+  m1p0 = e2m1_pair_f16(w << 8, w << 5);  /* bits 4, 20: codes 1, 5 */
+  m1p1 = e2m1_pair_f16(w, w >> 3);       /* bits 12, 28: codes 3, 7 */
+}
+
+/* fp32 -> bf16 bits, round to nearest even; NaN -> quiet NaN. */
+__device__ __forceinline__ uint32_t f32_to_bf16(float x) {
+  uint32_t u = __float_as_uint(x);
+  if ((u & 0x7FFFFFFFu) > 0x7F800000u) return 0x7FC0u | ((u >> 16) & 0x8000u);
+  u += 0x7FFFu + ((u >> 16) & 1u);
+  return u >> 16;
+}
+
+/* Shared-memory byte offset of logical 16-byte chunk `ch` of row `r`. */
+__device__ __forceinline__ int swz128(int r, int ch) { return r * 128 + ((ch ^ ((r & 3) << 1)) << 4); }
+__device__ __forceinline__ int swz64(int r, int ch) { return r * 64 + ((ch ^ ((r >> 1) & 3)) << 4); }
+
+/* ------------------------------------------------------------ arguments */
+struct GemmArgs {
+  const uint8_t *A;
+  int64_t A_stride;          /* bytes */
+  const int32_t *sfa;        /* packed (G 1, MN rows, K/128) */
+  int64_t sfa_T4;            /* round_up(rows of sfa, 4) */
+  const int32_t *m_indices;  /* NULL: dense */
+  const uint8_t *B;          /* expert 0 */
+  int64_t B_row;             /* bytes per B row (K/2 or K) */
+  int64_t B_group;           /* bytes per expert (N * B_row) */
+  const int32_t *sfb;        /* packed (G, N, sf_k) */
+  int64_t sfb_T4;            /* round_up(N, 4) */
+  int64_t sfb_group;         /* words per group (Kp * T4) */
+  int64_t M;                 /* rows: M_sum (grouped) or M (dense) */
+  int64_t N;
+  int KT;                    /* K / 128 */
+  int bm;                    /* BLOCK_M (simple kernel) */
+  int64_t E_local;
+  int64_t mblocks;           /* ceil(M / BLOCK_M) */
+  uint16_t *D;
+  int64_t D_stride;          /* elements */
+  int d_pair;                /* 4-byte stores of two bf16 allowed */
+  unsigned long long *counters;
+};
+
+/* ------------------------------------------------------------ configuration */
+template <int BM, int BN, bool MX, bool F16>
+struct Cfg {
+  /* warp tile WMT x WNT (rows x columns), WM x WN warps.
+   * e4m3 path (sm_120: one CTA per SM by shared memory, so up to 255
+   * registers for <= 256 threads; checked spill-free on sm_120a):
+   *   BM 128: BN 64, 128: 32 x BN/2 (8 warps); BN 256: MXFP4 32 x 64
+   *           (16 warps), FP8 64 x 64 (8 warps)
+   *   BM 64:  32 x BN/4 (8 warps); FP8 BN 256: 16 x 128 (8 warps)
+   *   BM 32, 16: BM x BN/4 (4 warps), BN 256: BM x 32 (8 warps)
+   * f16 path (sm_90: 128 registers so that two 256-thread CTAs fit an SM):
+   *   at most 32 x 32 per warp and 16 warps; BM 128 x BN 256: 32 x 128
+   *   (8 warps, up to 255 registers, one CTA per SM) */
+  static constexpr int WMT = (!F16 && !MX && BN == 256) ? (BM == 128 ? 64 : BM == 64 ? 16 : BM) : BM >= 32 ? 32 : BM;
+  static constexpr int MT = WMT / 16; /* m16 slices per warp */
+  static constexpr int WM = BM / WMT;
+  static constexpr int WN_E4M3 = BM == 128 ? (BN == 256 ? 4 : 2)
+                                 : BM == 64 ? (!MX && BN == 256 ? 2 : 4)
+                                            : (BN == 256 ? 8 : 4);
+  static constexpr bool F16_WIDE = F16 && BM == 128 && BN == 256;
+  static constexpr int WN_F16 =
+      F16_WIDE ? 2 : BN == 64 ? (WM >= 2 ? 2 : 4) : (BN / 32 < 16 / WM ? BN / 32 : 16 / WM);
+  static constexpr int WN = F16 ? WN_F16 : WN_E4M3;
+  static constexpr int WNT = BN / WN; /* warp tile columns */
+  static constexpr int NT8 = WNT / 8;
+  static constexpr int JG = NT8 % 4 == 0 ? 4 : 2; /* n8 tiles per ldmatrix (x4 / x2) */
+  static constexpr int THREADS = WM * WN * 32;
+  /* f16 path (sm_90, 228 KB of shared memory per SM): 128 registers, so two
+   * 256-thread CTAs fit an SM; e4m3 path (sm_120: ~100 KB per SM, one CTA
+   * per SM whatever the registers): no cap below the 64K-register file */
+  static constexpr int MINB = F16 && !F16_WIDE ? 65536 / (THREADS * 128) : 1;
+  static constexpr int BROW = MX ? 64 : 128;           /* B bytes per row per K tile */
+  static constexpr int SA = BM * 128, SB = BN * BROW, SSA = BM * 4, SSB = BN * 4;
+  static constexpr int STAGE = SA + SB + SSA + SSB;
+  static constexpr int STAGES = kSmemBudget / STAGE > kMaxStages ? kMaxStages : kSmemBudget / STAGE;
+  static constexpr int SMEM = STAGES * STAGE;
+  /* 16-byte chunks per loading thread and stage (threads tid * CPT >= chunks load nothing) */
+  static constexpr int A_CPT = BM * 8 >= THREADS ? BM * 8 / THREADS : 1;
+  static constexpr int B_CPR = BROW / 16; /* B chunks per row */
+  static constexpr int B_CPT = BN * B_CPR >= THREADS ? BN * B_CPR / THREADS : 1;
+  static_assert(BM % WMT == 0 && WMT % 16 == 0 && WMT <= 64, "warp rows");
+  static_assert(WNT % 8 == 0 && WNT >= 16 && WNT <= 128 && WNT * WMT <= 4096, "warp columns");
+  static_assert(STAGES >= 2 && SMEM <= kSmemBudget, "shared memory budget (SM120: 99 KB)");
+  static_assert(STAGE % 16 == 0, "stage alignment");
+  static_assert(MINB >= 1 && THREADS <= 512, "threads");
+  static_assert(A_CPT <= 8 && (A_CPT * THREADS) % (BM * 8) == 0 && 8 % A_CPT == 0, "A loader: chunks in one row");
+  static_assert((B_CPT * THREADS) % (BN * B_CPR) == 0 &&
+                    (B_CPT <= B_CPR ? B_CPR % B_CPT == 0 : (B_CPT % B_CPR == 0 && B_CPT <= 2 * B_CPR)),
+                "B loader: chunks in one row, or whole rows (at most 2)");
+};
+
+/* ------------------------------------------------------------ the kernel */
+template <int BM, int BN, bool MX, bool F16>
+__device__ __forceinline__ void moe_gemm_body(const GemmArgs &p) {
+  using C = Cfg<BM, BN, MX, F16>;
+  extern __shared__ __align__(128) uint8_t smem[];
+  const int tid = threadIdx.x;
+  const int lane = tid & 31, warp = tid >> 5;
+  const int g = lane >> 2, t = lane & 3;
+  const int wm = warp / C::WN, wn = warp % C::WN;
+  const int64_t n0 = (int64_t)blockIdx.x * BN;
+  const bool grouped = p.m_indices != nullptr;
+
+  {
+    const int64_t mb = (int64_t)blockIdx.z * 65535 + blockIdx.y; /* m-block (grid y, z: up to 65535^2) */
+    if (mb >= p.mblocks) return;
+    const int64_t m0 = mb * BM;
+    int64_t e = 0;
+    if (grouped) {
+      e = p.m_indices[m0]; /* the same word for every thread: the whole CTA returns together */
+      if (e == -1) return;
+      if (e < -1 || e >= p.E_local) {
+        if (blockIdx.x == 0 && tid == 0 && p.counters) atomicAdd(p.counters, 1ull);
+        return;
+      }
+    }
+
+    /* the live m16 slices of the warp (a row is live when its own index is >= 0, dense: when < M) */
+    unsigned live16 = 0;
+#pragma unroll
+    for (int i = 0; i < C::MT; i++) {
+      const int64_t r = m0 + wm * C::WMT + 16 * i + g;
+      const bool any = grouped ? (p.m_indices[r] >= 0 || p.m_indices[r + 8] >= 0) : r < p.M;
+      if (__any_sync(0xffffffffu, any)) live16 |= 1u << i;
+    }
+    /* Loaders: thread tid copies the A_CPT (B_CPT) consecutive 16-byte chunks
+     * tid * CPT .. of the stage, all in one row (or in consecutive rows when
+     * a row has fewer chunks): one global base pointer per operand. */
+    const int a_r = tid * C::A_CPT / 8, a_c = tid * C::A_CPT % 8;
+    const int b_r = tid * C::B_CPT / C::B_CPR, b_c = tid * C::B_CPT % C::B_CPR;
+    constexpr int B_ROWS = (C::B_CPT + C::B_CPR - 1) / C::B_CPR; /* rows per thread (1 or 2) */
+    const bool a_act = tid * C::A_CPT < BM * 8, b_act = tid * C::B_CPT < BN * C::B_CPR; /* loading threads */
+    const bool a_live = a_act && (grouped ? p.m_indices[m0 + a_r] >= 0 : m0 + a_r < p.M); /* else zero-filled */
+    unsigned b_live = 0;
+#pragma unroll
+    for (int q = 0; q < B_ROWS; q++) b_live |= (n0 + b_r + q < p.N ? 1u : 0u) << q;
+    const uint8_t *a_src = p.A + (m0 + a_r) * p.A_stride + a_c * 16;
+    const uint8_t *b_src = p.B + e * p.B_group + (n0 + b_r) * p.B_row; /* chunk column added per copy */
+    const int32_t *sfbexp = p.sfb + e * p.sfb_group;
+
+    auto load_stage = [&](int stage, int kt) {
+      uint8_t *sA = smem + stage * C::STAGE;
+      uint8_t *sB = sA + C::SA;
+      uint32_t *sSa = reinterpret_cast<uint32_t *>(sB + C::SB);
+      uint32_t *sSb = sSa + BM;
+      const uint8_t *as = a_live ? a_src + (int64_t)kt * 128 : p.A;
+      if (a_act) {
+#pragma unroll
+        for (int q = 0; q < C::A_CPT; q++)
+          dsk_ptx::cp_async16(sA + swz128(a_r, a_c + q), as + (a_live ? q * 16 : 0), a_live);
+      }
+      const uint8_t *bs = b_src + (int64_t)kt * C::BROW;
+      if (b_act) {
+#pragma unroll
+        for (int q = 0; q < C::B_CPT; q++) {
+          /* one row: b_c + q < B_CPR; whole rows: b_c == 0 and q = rq * B_CPR + cq */
+          const int rq = q / C::B_CPR, cq = (b_c + q) % C::B_CPR;
+          const bool v = (b_live >> rq) & 1u;
+          const uint8_t *src = v ? bs + rq * p.B_row + cq * 16 : p.B;
+          dsk_ptx::cp_async16(sB + (MX ? swz64(b_r + rq, cq) : swz128(b_r + rq, cq)), src, v);
+        }
+      }
+      const int64_t pa = kt >> 2;
+      for (int r = tid; r < BM; r += C::THREADS) {
+        const bool v = m0 + r < p.M;
+        dsk_ptx::cp_async4(sSa + r, v ? p.sfa + pa * p.sfa_T4 + m0 + r : p.sfa, v);
+      }
+      const int64_t pb = MX ? kt : kt >> 2;
+      for (int r = tid; r < BN; r += C::THREADS) {
+        const bool v = n0 + r < p.N;
+        dsk_ptx::cp_async4(sSb + r, v ? sfbexp + pb * p.sfb_T4 + n0 + r : p.sfb, v);
+      }
+    };
+
+    float acc[C::MT][C::NT8][4];
+#pragma unroll
+    for (int i = 0; i < C::MT; i++)
+#pragma unroll
+      for (int j = 0; j < C::NT8; j++)
+#pragma unroll
+        for (int q = 0; q < 4; q++) acc[i][j][q] = 0.f;
+
+    const int KT = p.KT;
+#pragma unroll
+    for (int s = 0; s < C::STAGES - 1; s++) {
+      if (s < KT) load_stage(s, s);
+      dsk_ptx::cp_async_commit();
+    }
+
+    for (int kt = 0; kt < KT; kt++) {
+      dsk_ptx::cp_async_wait<C::STAGES - 2>();
+      __syncthreads(); /* stage kt visible to all; stage kt-1 free */
+      {
+        const int nk = kt + C::STAGES - 1;
+        if (nk < KT) load_stage(nk % C::STAGES, nk);
+        dsk_ptx::cp_async_commit();
+      }
+      const uint8_t *sA = smem + (kt % C::STAGES) * C::STAGE;
+      const uint8_t *sB = sA + C::SA;
+      const uint32_t *sSa = reinterpret_cast<const uint32_t *>(sB + C::SB);
+      const uint32_t *sSb = sSa + BM;
+      const int sh = 8 * (kt & 3); /* byte of this K tile in the 1x128 / 128x128 scale words */
+
+      /* activation scales of the thread's rows for this K tile (x 2^6 for MXFP4) */
+      float sa[C::MT][2];
+#pragma unroll
+      for (int i = 0; i < C::MT; i++)
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+          const float v = ue8m0_exact((sSa[wm * C::WMT + 16 * i + g + 8 * h] >> sh) & 0xFFu);
+          sa[i][h] = MX ? v * kMxFold<F16> : v; /* MX: undo the power of two of the e2m1 encoding */
+        }
+
+#pragma unroll
+      for (int s = 0; s < 4; s++) { /* k32 step = MX block s of the tile */
+        /* A fragments of the thread's rows, K values 32s + 8t .. 32s + 8t + 7 (order above) */
+        /* e4m3: a[i][0] = {a0..a3}; f16: a[i][h] = operands of the h-th k16 MMA */
+        uint32_t a[C::MT][F16 ? 2 : 1][4];
+#pragma unroll
+        for (int i = 0; i < C::MT; i++) {
+          if (!((live16 >> i) & 1u)) continue; /* warp-uniform; a[i] unused then */
+#pragma unroll
+          for (int h = 0; h < 2; h++) { /* row g, row g + 8 */
+            const int r = wm * C::WMT + 16 * i + g + 8 * h;
+            const uint2 v = *reinterpret_cast<const uint2 *>(sA + swz128(r, 2 * s + (t >> 1)) + 8 * (t & 1));
+            if constexpr (F16) {
+              a_frag_f16<MX>(v, a[i][0][h], a[i][0][2 + h], a[i][F16 ? 1 : 0][h], a[i][F16 ? 1 : 0][2 + h]);
+            } else {
+              a[i][0][h] = __byte_perm(v.x, v.y, 0x6420);
+              a[i][0][2 + h] = __byte_perm(v.x, v.y, 0x7531);
+            }
+          }
+        }
+#pragma unroll
+        for (int jq = 0; jq < C::NT8; jq += C::JG) {
+          uint32_t w[4]; /* MX: w[q] = bytes 4t..4t+3 of block s of row (n8 tile jq+q) * 8 + g */
+          if (MX) {
+            const int rr = wn * C::WNT + 8 * (jq + ((lane >> 3) & (C::JG - 1))) + (lane & 7);
+            const uint32_t addr = dsk_ptx::smem_u32(sB + swz64(rr, s));
+            if (C::JG == 4) ldsm_x4(w, addr);
+            else ldsm_x2(w, addr);
+          }
+#pragma unroll
+          for (int q = 0; q < C::JG; q++) {
+            const int j = jq + q;
+            const int nl = wn * C::WNT + 8 * j;
+            uint32_t b[2][2]; /* e4m3: b[0] = {b0, b1}; f16: b[h] = b0, b1 of the h-th k16 MMA */
+            if constexpr (F16) {
+              if (MX) {
+                b_frag_mx_f16(w[q], b[0][0], b[0][1], b[1][0], b[1][1]);
+              } else {
+                const uint2 v = *reinterpret_cast<const uint2 *>(sB + swz128(nl + g, 2 * s + (t >> 1)) + 8 * (t & 1));
+                a_frag_f16<false>(v, b[0][0], b[0][1], b[1][0], b[1][1]);
+              }
+            } else {
+              if (MX) {
+                b[0][0] = e2m1_lo_to_e4m3(w[q]);
+                b[0][1] = e2m1_hi_to_e4m3(w[q]);
+              } else {
+                const uint2 v = *reinterpret_cast<const uint2 *>(sB + swz128(nl + g, 2 * s + (t >> 1)) + 8 * (t & 1));
+                b[0][0] = __byte_perm(v.x, v.y, 0x6420);
+                b[0][1] = __byte_perm(v.x, v.y, 0x7531);
+              }
+            }
+            const uint2 sbw = lds64_nocse(sSb + nl + 2 * t); /* scale words of columns nl+2t, nl+2t+1 */
+            const float sb0 = MX ? ue8m0_fast((sbw.x >> (8 * s)) & 0xFFu) : ue8m0_exact((sbw.x >> sh) & 0xFFu);
+            const float sb1 = MX ? ue8m0_fast((sbw.y >> (8 * s)) & 0xFFu) : ue8m0_exact((sbw.y >> sh) & 0xFFu);
+#pragma unroll
+            for (int i = 0; i < C::MT; i++) {
+              if (!((live16 >> i) & 1u)) continue;
+              float d[4] = {0.f, 0.f, 0.f, 0.f};
+              if constexpr (F16) {
+                dsk_ptx::mma_f16(d, a[i][0], b[0][0], b[0][1]);
+                dsk_ptx::mma_f16(d, a[i][F16 ? 1 : 0], b[1][0], b[1][1]);
+              } else {
+                mma_e4m3(d, a[i][0], b[0][0], b[0][1]);
+              }
+              acc[i][j][0] = fmaf(d[0], sa[i][0] * sb0, acc[i][j][0]);
+              acc[i][j][1] = fmaf(d[1], sa[i][0] * sb1, acc[i][j][1]);
+              acc[i][j][2] = fmaf(d[2], sa[i][1] * sb0, acc[i][j][2]);
+              acc[i][j][3] = fmaf(d[3], sa[i][1] * sb1, acc[i][j][3]);
+            }
+          }
+        }
+      }
+    }
+    dsk_ptx::cp_async_wait<0>(); /* only empty groups remain */
+
+    /* epilogue: live rows, columns < N */
+#pragma unroll
+    for (int i = 0; i < C::MT; i++) {
+      if (!((live16 >> i) & 1u)) continue;
+#pragma unroll
+      for (int h = 0; h < 2; h++) {
+        const int64_t r = m0 + wm * C::WMT + 16 * i + g + 8 * h;
+        if (grouped ? p.m_indices[r] < 0 : r >= p.M) continue; /* padding row: not written */
+        uint16_t *drow = p.D + r * p.D_stride;
+#pragma unroll
+        for (int j = 0; j < C::NT8; j++) {
+          const int64_t c = n0 + wn * C::WNT + 8 * j + 2 * t;
+          if (c >= p.N) continue; /* N is even, so c + 1 < N too */
+          const uint32_t lo = f32_to_bf16(acc[i][j][2 * h]), hi = f32_to_bf16(acc[i][j][2 * h + 1]);
+          if (p.d_pair) {
+            *reinterpret_cast<uint32_t *>(drow + c) = lo | (hi << 16);
+          } else {
+            drow[c] = (uint16_t)lo;
+            drow[c + 1] = (uint16_t)hi;
+          }
+        }
+      }
+    }
+  }
+}
+
+/* The kernel of one configuration; a device pass builds only the variants
+ * of its own MMA path (the host never launches the others). */
+template <int BM, int BN, bool MX, bool F16>
+__global__ void __launch_bounds__(Cfg<BM, BN, MX, F16>::THREADS, Cfg<BM, BN, MX, F16>::MINB)
+    moe_gemm_kernel(const GemmArgs p) {
+#ifdef __CUDA_ARCH__
+  if constexpr (F16 == (DSK_MOE_F16 != 0)) {
+    moe_gemm_body<BM, BN, MX, F16>(p);
+  } else { /* never launched; the references keep the other path's helpers "used" */
+    using C = Cfg<BM, BN, MX, F16>;
+    static_assert(C::MT > 0 && C::NT8 > 0 && C::JG > 0, "configuration");
+    (void)&mma_e4m3;
+    (void)&e2m1_lo_to_e4m3;
+    (void)&e2m1_hi_to_e4m3;
+    (void)&b_frag_mx_f16;
+    __trap();
+  }
+#endif
+}
+
+/* ------------------------------------------------------------ simple kernel
+ * For pointers or strides that cp.async 16 cannot take: one thread per output
+ * element, the same arithmetic as the tiled kernel (per-32 or per-128 partial
+ * sums in fp32, folded with the two scales). */
+__device__ __forceinline__ float e4m3_to_f32(uint32_t b) {
+  const uint32_t e = (b >> 3) & 15u, m = b & 7u;
+  float v;
+  if (e == 15u && m == 7u) v = __uint_as_float(0x7FC00000u);
+  else if (e == 0u) v = (float)m * 0.001953125f; /* m/8 * 2^-6 */
+  else v = __uint_as_float(((e + 120u) << 23) | (m << 20));
+  return (b & 0x80u) ? -v : v;
+}
+/* e2m1 code -> value, through the e4m3 byte of value * 2^-6 (as the tiled kernel) */
+__device__ __forceinline__ float e2m1_to_f32(uint32_t c) { return e4m3_to_f32(e2m1_lo_to_e4m3(c & 15u)) * 64.f; }
+
+__global__ void __launch_bounds__(128) moe_gemm_simple_kernel(const GemmArgs p, int mx) {
+  const int64_t n = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+  const bool grouped = p.m_indices != nullptr;
+  for (int64_t r = blockIdx.y; r < p.M; r += gridDim.y) {
+    int64_t e = 0;
+    if (grouped) {
+      e = p.m_indices[(r / p.bm) * p.bm];
+      if (e < 0 || e >= p.E_local) {
+        if (e != -1 && r % p.bm == 0 && n == 0 && p.counters) atomicAdd(p.counters, 1ull);
+        continue;
+      }
+      if (p.m_indices[r] < 0) continue;
+    }
+    if (n >= p.N) continue;
+    const uint8_t *arow = p.A + r * p.A_stride;
+    const uint8_t *brow = p.B + e * p.B_group + n * p.B_row;
+    const int32_t *sfbexp = p.sfb + e * p.sfb_group;
+    float acc = 0.f;
+    for (int kt = 0; kt < p.KT; kt++) {
+      const uint32_t aw = (uint32_t)p.sfa[(int64_t)(kt >> 2) * p.sfa_T4 + r];
+      const float sa = ue8m0_exact((aw >> (8 * (kt & 3))) & 0xFFu);
+      if (mx) {
+        const uint32_t bw = (uint32_t)sfbexp[(int64_t)kt * p.sfb_T4 + n];
+        for (int s = 0; s < 4; s++) {
+          float part = 0.f;
+          for (int k = 0; k < 32; k++) {
+            const int64_t kk = (int64_t)kt * 128 + 32 * s + k;
+            part += e4m3_to_f32(arow[kk]) * e2m1_to_f32((uint32_t)(brow[kk >> 1] >> (4 * (kk & 1))) & 15u);
+          }
+          acc = fmaf(part, sa * ue8m0_fast((bw >> (8 * s)) & 0xFFu), acc);
+        }
+      } else {
+        const uint32_t bw = (uint32_t)sfbexp[(int64_t)(kt >> 2) * p.sfb_T4 + n];
+        float part = 0.f;
+        for (int k = 0; k < 128; k++) {
+          const int64_t kk = (int64_t)kt * 128 + k;
+          part += e4m3_to_f32(arow[kk]) * e4m3_to_f32(brow[kk]);
+        }
+        acc = fmaf(part, sa * ue8m0_exact((bw >> (8 * (kt & 3))) & 0xFFu), acc);
+      }
+    }
+    p.D[r * p.D_stride + n] = (uint16_t)f32_to_bf16(acc);
+  }
+}
+
+/* ------------------------------------------------------------ host side */
+template <int BM, int BN, bool MX, bool F16>
+dsk_status launch_tiled(const dsk_ctx *ctx, const GemmArgs &a, cudaStream_t s, const char *what) {
+  using C = Cfg<BM, BN, MX, F16>;
+  const dsk_cuda_state *st = dsk__cuda_state(ctx);
+  if (C::SMEM > st->smem_optin)
+    return dsk__fail(DSK_STATUS_UNSUPPORTED, "%s: BLOCK_M %d BLOCK_N %d needs %d B of shared memory, device allows %lld",
+                     what, BM, BN, C::SMEM, (long long)st->smem_optin);
+  DSK_CUDA_TRY(what, cudaFuncSetAttribute(moe_gemm_kernel<BM, BN, MX, F16>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                          C::SMEM));
+  const int64_t gy = a.mblocks < 65535 ? a.mblocks : 65535, gz = (a.mblocks + 65534) / 65535;
+  const dim3 grid(dsk__ceil_div_u(a.N, BN), (unsigned)gy, (unsigned)gz);
+  moe_gemm_kernel<BM, BN, MX, F16><<<grid, C::THREADS, (size_t)C::SMEM, s>>>(a);
+  DSK_CUDA_LAUNCHED(what);
+  return DSK_STATUS_OK;
+}
+
+template <bool MX, bool F16>
+dsk_status launch_bn(const dsk_ctx *ctx, const GemmArgs &a, cudaStream_t s, int bm, int bn, const char *what) {
+  /* BLOCK_M 16 / 32 exist for the dense GEMM only (FP8) */
+#define DSK_MOE_CASE(BM_, BN_) \
+  if (bm == BM_ && bn == BN_) return launch_tiled<BM_, BN_, MX, F16>(ctx, a, s, what);
+  DSK_MOE_CASE(64, 64)
+  DSK_MOE_CASE(64, 128)
+  DSK_MOE_CASE(64, 256)
+  DSK_MOE_CASE(128, 64)
+  DSK_MOE_CASE(128, 128)
+  DSK_MOE_CASE(128, 256)
+  if constexpr (!MX) {
+    DSK_MOE_CASE(16, 64)
+    DSK_MOE_CASE(16, 128)
+    DSK_MOE_CASE(16, 256)
+    DSK_MOE_CASE(32, 64)
+    DSK_MOE_CASE(32, 128)
+    DSK_MOE_CASE(32, 256)
+  }
+#undef DSK_MOE_CASE
+  return dsk__fail(DSK_STATUS_INVALID_ARG, "%s: tactic BLOCK_M %d BLOCK_N %d has no kernel", what, bm, bn);
+}
+
+dsk_status launch_simple(const GemmArgs &a, cudaStream_t s, int mx, const char *what) {
+  const int64_t gy = a.M < 65535 ? a.M : 65535;
+  const dim3 grid(dsk__ceil_div_u(a.N, 128), (unsigned)gy);
+  moe_gemm_simple_kernel<<<grid, 128, 0, s>>>(a, mx);
+  DSK_CUDA_LAUNCHED(what);
+  return DSK_STATUS_OK;
+}
+
+bool aligned16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
+
+/* The MMA path of the device (see DSK_MOE_MMA): f16 below compute capability 10. */
+dsk_status use_f16_path(int device, bool *f16, const char *what) {
+  if (DSK_MOE_MMA == 1 || DSK_MOE_MMA == 2) {
+    *f16 = DSK_MOE_MMA == 2;
+    return DSK_STATUS_OK;
+  }
+  int major = 0;
+  DSK_CUDA_TRY(what, cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+  *f16 = major < 10;
+  return DSK_STATUS_OK;
+}
+
+template <bool MX>
+dsk_status launch_path(const dsk_ctx *ctx, const GemmArgs &a, cudaStream_t s, int bm, int bn, const char *what) {
+  bool f16 = false;
+  const dsk_status st = use_f16_path(dsk__cuda_state(ctx)->device, &f16, what);
+  if (st != DSK_STATUS_OK) return st;
+  return f16 ? launch_bn<MX, true>(ctx, a, s, bm, bn, what) : launch_bn<MX, false>(ctx, a, s, bm, bn, what);
+}
+
+}  // namespace
+
+extern "C" dsk_status dsk__cuda_moe_gemm(dsk_ctx *ctx, const dsk_moe_gemm_desc *d, const dsk_tactic *t) {
+  const char *what = "moe_gemm";
+  if (d->M_sum == 0) return DSK_STATUS_OK;
+  const int bm = t->v[0], bn = t->v[1];
+  if ((bm != 64 && bm != 128) || (bn != 64 && bn != 128 && bn != 256) || d->A_used % bm != 0 || d->M_sum % bm != 0)
+    return dsk__fail(DSK_STATUS_INVALID_ARG, "%s: tactic BLOCK_M %d BLOCK_N %d invalid for A_used %lld, M_sum %lld",
+                     what, bm, bn, (long long)d->A_used, (long long)d->M_sum);
+  DSK_CUDA_TRY(what, cudaSetDevice(dsk__cuda_state(ctx)->device));
+  cudaStream_t s = dsk__cuda_stream(ctx, d->stream);
+  const bool mx = d->b_fmt == DSK_MOE_W_MXFP4;
+  GemmArgs a;
+  a.A = d->A;
+  a.A_stride = d->A_stride;
+  a.sfa = d->sfa.words;
+  a.sfa_T4 = (d->M_sum + 3) / 4 * 4;
+  a.m_indices = d->m_indices;
+  a.B = (const uint8_t *)d->B;
+  a.B_row = mx ? d->K / 2 : d->K;
+  a.B_group = d->N * a.B_row;
+  a.sfb = d->sfb.words;
+  a.sfb_T4 = (d->N + 3) / 4 * 4;
+  {
+    const int64_t sf_k = mx ? d->K / 32 : d->K / 128;
+    a.sfb_group = (sf_k + 3) / 4 * a.sfb_T4;
+  }
+  a.M = d->M_sum;
+  a.N = d->N;
+  a.KT = (int)(d->K / 128);
+  a.bm = bm;
+  a.E_local = d->E_local;
+  a.mblocks = d->M_sum / bm;
+  a.D = d->D;
+  a.D_stride = d->D_stride;
+  a.d_pair = ((uintptr_t)d->D & 3u) == 0 && (d->D_stride & 1) == 0;
+  a.counters = (unsigned long long *)d->counters;
+  if (!aligned16(d->A) || (d->A_stride & 15) != 0 || !aligned16(d->B)) return launch_simple(a, s, mx, what);
+  return mx ? launch_path<true>(ctx, a, s, bm, bn, what) : launch_path<false>(ctx, a, s, bm, bn, what);
+}
+
+extern "C" dsk_status dsk__cuda_dense_fp8_gemm(dsk_ctx *ctx, const dsk_dense_gemm_desc *d, const dsk_tactic *t) {
+  const char *what = "dense_fp8_gemm";
+  if (d->M == 0) return DSK_STATUS_OK;
+  const int bm = t->v[0], bn = t->v[1];
+  if ((bm != 16 && bm != 32 && bm != 64 && bm != 128) || (bn != 64 && bn != 128 && bn != 256))
+    return dsk__fail(DSK_STATUS_INVALID_ARG, "%s: tactic BLOCK_M %d BLOCK_N %d has no kernel", what, bm, bn);
+  DSK_CUDA_TRY(what, cudaSetDevice(dsk__cuda_state(ctx)->device));
+  cudaStream_t s = dsk__cuda_stream(ctx, d->stream);
+  GemmArgs a;
+  a.A = d->A;
+  a.A_stride = d->A_stride;
+  a.sfa = d->sfa.words;
+  a.sfa_T4 = (d->M + 3) / 4 * 4;
+  a.m_indices = nullptr;
+  a.B = d->B;
+  a.B_row = d->K;
+  a.B_group = 0;
+  a.sfb = d->sfb.words;
+  a.sfb_T4 = (d->N + 3) / 4 * 4;
+  a.sfb_group = 0;
+  a.M = d->M;
+  a.N = d->N;
+  a.KT = (int)(d->K / 128);
+  a.bm = bm;
+  a.E_local = 1;
+  a.mblocks = (d->M + bm - 1) / bm;
+  a.D = d->D;
+  a.D_stride = d->D_stride;
+  a.d_pair = ((uintptr_t)d->D & 3u) == 0 && (d->D_stride & 1) == 0;
+  a.counters = nullptr;
+  if (!aligned16(d->A) || (d->A_stride & 15) != 0 || !aligned16(d->B)) return launch_simple(a, s, 0, what);
+  return launch_path<false>(ctx, a, s, bm, bn, what);
+}
