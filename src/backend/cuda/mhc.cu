@@ -4,31 +4,38 @@
  * weighted stream sum, optional fused RMSNorm; the head's finish), and
  * dsk_mhc_post. Portable CUDA (fp32 FMA on CUDA cores, cp.async, warp
  * shuffles, griddepcontrol; no wgmma, TMEM, clusters or tensor-core MMA):
- * one source for sm_90 and sm_120a/121a, at most ~45 KB of shared memory per
+ * one source for sm_90 and sm_120a/121a, at most 80 KB of shared memory per
  * block (dsk__cuda_mhc_smem_bytes).
  *
  * Descriptors arrive validated (src/ops/mhc.c): T >= 1, D a multiple of 8,
  * nD = 4 D, every vector-accessed tensor 16-byte aligned with 16-byte row
- * strides, S = tactic->v[0] in 1..S_max.
+ * strides, S = tactic->v[0] in 1..S_max (<= 256).
  *
- * Launches. Every kernel is launched with programmatic stream serialization
- * (PDL) and starts with griddepcontrol.wait before its first global memory
- * access, then griddepcontrol.launch_dependents: a kernel's launch and block
- * scheduling overlap the tail of the kernel before it (another mHC op's or
- * any other), while no memory is touched before everything earlier in the
- * stream is complete and visible. So a predecessor of any kind is safe.
+ * Launches: one kernel per op (dsk_mhc_head: two, projection + finish).
+ * Every kernel is launched with programmatic stream serialization (PDL) and
+ * calls griddepcontrol.wait before it touches any memory that an earlier
+ * kernel in the stream may write (R, partials, out, post, C, and every
+ * output), then griddepcontrol.launch_dependents. Before the wait a kernel
+ * reads only the op's constant parameters (fn, scale, base, norm_w, the
+ * head's fn / scale / base): the projection starts copying its first fn
+ * stages to shared memory, the finish loads scale and base into registers
+ * and prefetches norm_w to L2. Contract (docs/mhc.md): those parameters are
+ * not written by a kernel that may still be running when the mHC op is
+ * enqueued (weights are uploaded, or written by a kernel followed by a
+ * synchronising operation, before the first use).
  *
- * Summation orders (fixed, independent of T and of the token tiling, so a
+ * Summation orders (fixed, independent of T and of every tiling choice, so a
  * pinned S gives batch-invariant bits):
  *  - projection of (token, split s, output j) and the split's sum of
- *    squares: lane l of a warp owns the columns kb + 8 l + 256 i + c
- *    (c = 0..7, i ascending), accumulating with fmaf in (i, c) order from 0;
+ *    squares: lane l of a warp owns the columns kb + 128 i + 4 l + c
+ *    (c = 0..3, i ascending), accumulating with fmaf in (i, c) order from 0;
  *    the 32 lane sums are combined by the xor tree of masks 16, 8, 4, 2, 1
  *    (pairs differing in lane bit 4 first). The kernel evaluates that tree
  *    by recursive halving (each step sends half of the values, same tree,
  *    same bits as a full butterfly). Empty splits write 0.
- *  - finish: the S partials are summed in ascending s (fp32), as the
- *    reference does in fp64; y = fmaf chain over streams i = 0..3.
+ *  - finish: the S partials of a value are summed in chunks of 8 splits
+ *    (ascending s inside a chunk), then the chunk sums in ascending order;
+ *    y = fmaf chain over streams i = 0..3.
  * TF32: fn is rounded to TF32 (nearest, ties away: the same bit rule as the
  * CPU reference) and the products stay on fp32 FMA; numerics of TF32, not
  * its speed (docs/mhc.md lists the MMA path as not done).
@@ -40,16 +47,20 @@
 namespace {
 
 /* projection */
-constexpr int kProjWarps = 4;  /* warps per CTA: the NOUT outputs in NOUT/4-row groups */
-constexpr int kChunk = 256;    /* columns of one lane round: 32 lanes x 8 */
+constexpr int kOutGroups = 4; /* output groups: group g owns outputs g*NOUT/4 .. (g+1)*NOUT/4 - 1 */
+constexpr int kRound = 128;   /* columns of one lane round (= one pipeline stage): 32 lanes x 4 */
 /* finish */
 constexpr int kYWarps = 8;                          /* warps forming y; warp 0 does the scalar work */
 constexpr int kFinishThreads = 32 * (1 + kYWarps);  /* 288 */
 constexpr int kYThreads = 32 * kYWarps;             /* 256 */
-constexpr int kPartChunk = 128; /* splits staged in shared memory per round (S_max of DSv4 fits one) */
-constexpr int kPrefetch = 4;    /* R vectors per stream per y thread loaded before the scalar work */
+constexpr int kPartRound = 128; /* splits staged in shared memory per round (S_max of DSv4 fits one) */
+constexpr int kSumChunk = 8;    /* splits per chunk of the split sum (divides kPartRound) */
+constexpr int kMaxChunks = 32;  /* S <= 256 = S_max at D = DSK_MHC_MAX_D */
+constexpr int kMaxSplits = kSumChunk * kMaxChunks;
 /* post */
 constexpr int kPostThreads = 128;
+
+static_assert(kPartRound % kSumChunk == 0, "a staging round must hold whole chunks");
 
 /* ------------------------------------------------------------ utilities */
 __device__ __forceinline__ void pdl_wait() { asm volatile("griddepcontrol.wait;\n" ::: "memory"); }
@@ -58,23 +69,20 @@ __device__ __forceinline__ void pdl_launch_dependents() { asm volatile("griddepc
 __device__ __forceinline__ uint32_t smem_u32(const void *p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 }
-/* cp.async of 16 / 8 bytes; with valid == false the destination is
- * zero-filled and nothing is read. */
-__device__ __forceinline__ void cp_async16(void *dst, const void *src, bool valid) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_u32(dst)), "l"(src),
-               "r"(valid ? 16 : 0)
-               : "memory");
-}
-__device__ __forceinline__ void cp_async8(void *dst, const void *src, bool valid) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;\n" ::"r"(smem_u32(dst)), "l"(src), "r"(valid ? 8 : 0)
-               : "memory");
+__device__ __forceinline__ void cp_async16(void *dst, const void *src) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(smem_u32(dst)), "l"(src) : "memory");
 }
 __device__ __forceinline__ void cp_async4(void *dst, const void *src) {
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(smem_u32(dst)), "l"(src) : "memory");
 }
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-__device__ __forceinline__ void cp_async_wait1() { asm volatile("cp.async.wait_group 1;\n" ::: "memory"); }
-__device__ __forceinline__ void cp_async_wait0() { asm volatile("cp.async.wait_group 0;\n" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+__device__ __forceinline__ void prefetch_l2(const void *p) {
+  asm volatile("prefetch.global.L2 [%0];\n" ::"l"(p));
+}
 
 __device__ __forceinline__ float bf16_lo(uint32_t w) { return __uint_as_float(w << 16); }
 __device__ __forceinline__ float bf16_hi(uint32_t w) { return __uint_as_float(w & 0xFFFF0000u); }
@@ -169,14 +177,19 @@ __host__ __device__ constexpr int reduced_count(int n) {
 }
 
 /* ---------------------------------------------------------------- projection
- * grid (ceil(T / TT), S), 128 threads. CTA = split s (blockIdx.y) x TT
- * consecutive tokens; warp g owns outputs g*TN .. g*TN+TN-1 (TN = NOUT/4) of
- * all TT tokens and the sums of squares of tokens m = g (mod 4). The split's
- * columns stream through shared memory in stages of half a lane round
- * (stage 2i+h: for every lane l the columns kb + 256 i + 8 l + 4 h + 0..3 of
- * the NOUT fn rows and of the TT tokens), double-buffered with cp.async.
- * Each lane keeps its 4 x TN fn values of the stage in registers and walks
- * the tokens. Outputs d [S, T, NOUT], q [S, T]. */
+ * CTA = split s (blockIdx.y) x TT = TW*WT consecutive tokens (blockIdx.x) x
+ * WG of the 4 output groups (blockIdx.z picks which WG). WG*WT warps: warp w
+ * serves output group g = blockIdx.z*WG + w%WG (outputs g*TN .. g*TN+TN-1,
+ * TN = NOUT/4) for the TW tokens of token group w/WG, and the sums of squares
+ * of its tokens m (0..TW-1 within the group) with m % 4 == g (each token's
+ * sum of squares is thus formed by exactly one warp of the grid). The split's
+ * columns stream through shared memory one lane round (128 columns) per
+ * stage in an NSTG-deep cp.async ring; a stage holds the CTA's ROWS = WG*TN
+ * fn rows and TT token rows of those columns (16-byte copies of contiguous
+ * rows: every 32-byte sector is fetched once). Each lane keeps its TN x 4 fn
+ * values of the stage in registers and walks its tokens. The fn copies of
+ * the first NSTG-1 stages are issued before griddepcontrol.wait (constant
+ * weights). Outputs d [S, T, NOUT], q [S, T]. */
 struct ProjParams {
   const uint16_t *R;
   int64_t R_stride;
@@ -185,22 +198,35 @@ struct ProjParams {
   float *d, *q;
 };
 
-template <int NOUT, int TT>
-struct ProjSmem {
-  float fn[2][NOUT][32][4];
-  uint2 x[2][TT][32];
+template <int NOUT, int TW, int WG, int WT, int NSTG>
+struct ProjShape {
+  static constexpr int TN = NOUT / kOutGroups;
+  static constexpr int ROWS = TN * WG;
+  static constexpr int TT = TW * WT;
+  static constexpr int NT = 32 * WG * WT;
+  static constexpr int FN_BYTES = ROWS * kRound * 4;
+  static constexpr int X_BYTES = TT * kRound * 2;
+  static constexpr int STAGE = FN_BYTES + X_BYTES;
+  static constexpr int SMEM = NSTG * STAGE;
 };
 
-template <int NOUT, int TT, bool TF32>
-__global__ void __launch_bounds__(32 * kProjWarps) mhc_project_kernel(const ProjParams p) {
-  constexpr int NW = kProjWarps, NT = 32 * NW, TN = NOUT / NW;
-  constexpr int SQN = (TT + NW - 1) / NW;      /* sums of squares per warp */
-  constexpr int FN_CP = NOUT * 32 / NT;        /* 16-byte fn copies per thread and stage */
-  constexpr int X_CP = (TT * 32 + NT - 1) / NT; /* 8-byte x copies per thread and stage */
-  static_assert(NOUT % NW == 0 && (NOUT * 32) % NT == 0, "fn rows must split evenly over the warps");
-  __shared__ __align__(16) ProjSmem<NOUT, TT> sm;
+template <int NOUT, int TW, int WG, int WT, int NSTG, bool TF32>
+__global__ void __launch_bounds__(32 * WG * WT) mhc_project_kernel(const ProjParams p) {
+  using Sh = ProjShape<NOUT, TW, WG, WT, NSTG>;
+  constexpr int TN = Sh::TN, ROWS = Sh::ROWS, TT = Sh::TT, NT = Sh::NT;
+  constexpr int SQN = (TW + 3) / 4;          /* sums of squares per warp */
+  constexpr int FN_N = ROWS * (kRound / 4);  /* 16-byte fn copies per stage */
+  constexpr int X_N = TT * (kRound / 8);     /* 16-byte x copies per stage */
+  constexpr int FN_CP = (FN_N + NT - 1) / NT;
+  constexpr int X_CP = (X_N + NT - 1) / NT;
+  static_assert(NOUT % kOutGroups == 0 && kOutGroups % WG == 0, "output groups must tile the outputs");
+  static_assert(NSTG >= 2, "the ring needs two stages");
+  static_assert(Sh::FN_BYTES % 16 == 0 && Sh::STAGE % 16 == 0, "16-byte aligned stage regions");
+  extern __shared__ __align__(16) unsigned char proj_smem[];
 
-  const int tid = threadIdx.x, lane = tid & 31, g = tid >> 5;
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int gl = warp % WG, h = warp / WG;
+  const int g = (int)blockIdx.z * WG + gl; /* global output group, 0..3 */
   const int64_t s = blockIdx.y;
   const int64_t t0 = (int64_t)blockIdx.x * TT;
   const int ntok = (int)min((int64_t)TT, p.T - t0); /* >= 1 by the grid */
@@ -208,54 +234,72 @@ __global__ void __launch_bounds__(32 * kProjWarps) mhc_project_kernel(const Proj
   if (kb > p.nD) kb = p.nD;
   int64_t ke = kb + p.Kc;
   if (ke > p.nD) ke = p.nD;
-  const int width = (int)(ke - kb); /* a multiple of 32 (nD is) */
-  const int nst = 2 * ((width + kChunk - 1) / kChunk);
+  const int width = (int)(ke - kb); /* a multiple of 32 (nD and Kc are) */
+  const int nst = (width + kRound - 1) / kRound;
 
-  pdl_wait();
-  pdl_launch_dependents();
-
-  const float *fnb = p.fn + kb;
-  const uint16_t *Rb = p.R + t0 * p.R_stride + kb;
-  auto load_stage = [&](int st) {
-    const int b = st & 1, ci = st >> 1;
-    const int coff = ci * kChunk + 4 * (st & 1);
+  /* stage st: columns kb + st*128 + [0, 128) of the split; copies beyond the
+   * split's width (rem, a multiple of 32) and of tokens past T are not
+   * issued, and nothing reads those smem words */
+  const float *fnb = p.fn + (int64_t)blockIdx.z * ROWS * p.nD + kb; /* the CTA's first fn row */
+  auto load_fn = [&](int st) {
+    float *dst = reinterpret_cast<float *>(proj_smem + (st % NSTG) * Sh::STAGE);
+    const int col0 = st * kRound, rem = width - col0;
 #pragma unroll
     for (int f = 0; f < FN_CP; f++) {
-      const int u = tid + f * NT, row = u >> 5, l = u & 31;
-      const bool ok = ci * kChunk + 8 * l < width;
-      cp_async16(&sm.fn[b][row][l][0], ok ? fnb + row * p.nD + coff + 8 * l : p.fn, ok);
+      const int u = tid + f * NT;
+      const int row = u >> 5, c4 = u & 31;
+      if (u < FN_N && 4 * c4 < rem) cp_async16(dst + row * kRound + 4 * c4, fnb + row * p.nD + col0 + 4 * c4);
     }
+  };
+  const uint16_t *Rb = p.R + t0 * p.R_stride + kb;
+  auto load_x = [&](int st) {
+    uint16_t *dst = reinterpret_cast<uint16_t *>(proj_smem + (st % NSTG) * Sh::STAGE + Sh::FN_BYTES);
+    const int col0 = st * kRound, rem = width - col0;
 #pragma unroll
     for (int k = 0; k < X_CP; k++) {
       const int u = tid + k * NT;
-      if (u < TT * 32) {
-        const int m = u >> 5, l = u & 31;
-        const bool ok = m < ntok && ci * kChunk + 8 * l < width;
-        cp_async8(&sm.x[b][m][l], ok ? Rb + m * p.R_stride + coff + 8 * l : p.R, ok);
-      }
+      const int m = u >> 4, c8 = u & 15;
+      if (u < X_N && m < ntok && 8 * c8 < rem)
+        cp_async16(dst + m * kRound + 8 * c8, Rb + m * p.R_stride + col0 + 8 * c8);
     }
   };
 
-  float acc[TT * TN];
+  /* prologue: fn of stages 0..NSTG-2 before the wait, then their x; group k
+   * holds x of stage k (group 0 also all the prologue fn copies) */
+#pragma unroll
+  for (int k = 0; k < NSTG - 1; k++)
+    if (k < nst) load_fn(k);
+  pdl_wait();
+  pdl_launch_dependents();
+#pragma unroll
+  for (int k = 0; k < NSTG - 1; k++) {
+    if (k < nst) load_x(k);
+    cp_async_commit();
+  }
+
+  float acc[TW * TN];
   float sq[SQN];
 #pragma unroll
-  for (int i = 0; i < TT * TN; i++) acc[i] = 0.f;
+  for (int i = 0; i < TW * TN; i++) acc[i] = 0.f;
 #pragma unroll
   for (int i = 0; i < SQN; i++) sq[i] = 0.f;
 
-  if (nst > 0) load_stage(0);
-  cp_async_commit();
   for (int st = 0; st < nst; st++) {
-    if (st + 1 < nst) load_stage(st + 1);
-    cp_async_commit();
-    cp_async_wait1(); /* this thread's copies of stage st have landed */
-    __syncthreads();  /* ... and everybody's */
-    const int b = st & 1;
-    if ((st >> 1) * kChunk + 8 * lane < width) { /* lane-divergent; no shuffles or barriers inside */
+    cp_async_wait<NSTG - 2>(); /* groups 0..st of this thread have landed: stage st */
+    __syncthreads();           /* ... everybody's; and everybody is done with stage st-1 */
+    if (st + NSTG - 1 < nst) { /* refill the buffer of stage st-1 */
+      load_fn(st + NSTG - 1);
+      load_x(st + NSTG - 1);
+    }
+    cp_async_commit(); /* possibly empty: keeps the group count in step */
+    const unsigned char *sb = proj_smem + (st % NSTG) * Sh::STAGE;
+    const float *fs = reinterpret_cast<const float *>(sb);
+    const uint16_t *xs = reinterpret_cast<const uint16_t *>(sb + Sh::FN_BYTES);
+    if (4 * lane < width - st * kRound) { /* lane-divergent; no shuffles or barriers inside */
       float w[TN][4];
 #pragma unroll
       for (int jj = 0; jj < TN; jj++) {
-        const float4 f4 = *reinterpret_cast<const float4 *>(&sm.fn[b][g * TN + jj][lane][0]);
+        const float4 f4 = *reinterpret_cast<const float4 *>(fs + (gl * TN + jj) * kRound + 4 * lane);
         w[jj][0] = f4.x; w[jj][1] = f4.y; w[jj][2] = f4.z; w[jj][3] = f4.w;
         if (TF32) {
 #pragma unroll
@@ -263,13 +307,14 @@ __global__ void __launch_bounds__(32 * kProjWarps) mhc_project_kernel(const Proj
         }
       }
 #pragma unroll
-      for (int m = 0; m < TT; m++) {
-        if (m < ntok) { /* warp-uniform */
-          const uint2 xv = sm.x[b][m][lane];
+      for (int m = 0; m < TW; m++) {
+        const int mt = h * TW + m;
+        if (mt < ntok) { /* warp-uniform */
+          const uint2 xv = *reinterpret_cast<const uint2 *>(xs + mt * kRound + 4 * lane);
           const float x[4] = {bf16_lo(xv.x), bf16_hi(xv.x), bf16_lo(xv.y), bf16_hi(xv.y)};
-          if (m % NW == g) {
+          if ((m & 3) == g) {
 #pragma unroll
-            for (int c = 0; c < 4; c++) sq[m / NW] = fmaf(x[c], x[c], sq[m / NW]);
+            for (int c = 0; c < 4; c++) sq[m >> 2] = fmaf(x[c], x[c], sq[m >> 2]);
           }
 #pragma unroll
           for (int jj = 0; jj < TN; jj++) {
@@ -279,28 +324,31 @@ __global__ void __launch_bounds__(32 * kProjWarps) mhc_project_kernel(const Proj
         }
       }
     }
-    __syncthreads(); /* the buffer of stage st is refilled by the load of stage st + 2 */
   }
+  cp_async_wait<0>(); /* only empty groups can be pending here */
 
   /* cross-lane sums, then the stores (every lane reaches here) */
   int off = 0, dup = 0;
-  xor_reduce<TT * TN, 16>(acc, lane, off, dup);
-  constexpr int NF = reduced_count(TT * TN);
+  xor_reduce<TW * TN, 16>(acc, lane, off, dup);
+  constexpr int NF = reduced_count(TW * TN);
   if ((lane & dup) == 0) {
 #pragma unroll
     for (int i = 0; i < NF; i++) {
       const int u = off + i, m = u / TN, jj = u - m * TN;
-      if (m < ntok) p.d[(s * p.T + t0 + m) * NOUT + g * TN + jj] = acc[i];
+      const int mt = h * TW + m;
+      if (mt < ntok) p.d[(s * p.T + t0 + mt) * NOUT + g * TN + jj] = acc[i];
     }
   }
-  int offq = 0, dupq = 0;
-  xor_reduce<SQN, 16>(sq, lane, offq, dupq);
-  constexpr int NQ = reduced_count(SQN);
-  if ((lane & dupq) == 0) {
+  if (g < TW) { /* warp-uniform: the warp owns the squares of its tokens g, g + 4, ... */
+    int offq = 0, dupq = 0;
+    xor_reduce<SQN, 16>(sq, lane, offq, dupq);
+    constexpr int NQ = reduced_count(SQN);
+    if ((lane & dupq) == 0) {
 #pragma unroll
-    for (int i = 0; i < NQ; i++) {
-      const int m = g + NW * (offq + i);
-      if (m < ntok) p.q[s * p.T + t0 + m] = sq[i];
+      for (int i = 0; i < NQ; i++) {
+        const int m = g + 4 * (offq + i), mt = h * TW + m;
+        if (m < TW && mt < ntok) p.q[s * p.T + t0 + mt] = sq[i];
+      }
     }
   }
 }
@@ -308,10 +356,15 @@ __global__ void __launch_bounds__(32 * kProjWarps) mhc_project_kernel(const Proj
 /* ------------------------------------------------------------------ finish
  * One block of 288 threads per token. NOUT = 24: dsk_mhc_pre (pre, post,
  * Sinkhorn C, y, optional RMSNorm with NORM); NOUT = 4: dsk_mhc_head (pre,
- * h). Warp 0 sums the partials (lane v owns value v: d_v for v < NOUT, q for
- * v = NOUT), forms the RMS factor and the sigmoids, publishes the pre
- * weights, then runs Sinkhorn (every lane the same scalar code) and stores C;
- * meanwhile warps 1..8 form y from R vectors they loaded at entry. */
+ * h). Before griddepcontrol.wait warp 0 loads scale and base, and with NORM
+ * the y warps prefetch norm_w to L2 (constant parameters). Then the y warps
+ * load their first PF R vectors of each stream, all threads stage the
+ * token's partials in shared memory with cp.async (all in flight at once)
+ * and form the chunk sums (8 splits each) in parallel; warp 0 adds the chunk
+ * sums (lane v owns value v: d_v for v < NOUT, q for v = NOUT), forms the
+ * RMS factor and the sigmoids lane-parallel and publishes the pre weights;
+ * then warp 0 runs Sinkhorn (every lane the same scalar code) and stores C
+ * while warps 1..8 form y. */
 struct FinishParams {
   const float *d, *q; /* partials [S, T, NOUT], [S, T] */
   int64_t S, T, D, nD;
@@ -389,31 +442,59 @@ __device__ __forceinline__ float emit_y(const uint4 *r4, const float *w, int64_t
 
 template <int NOUT>
 struct FinishSmem {
-  float part[kPartChunk * (NOUT + 1)];
+  float csum[kMaxChunks * (NOUT + 1)]; /* chunk sums [chunk][value] */
   float w[4];
   float red[kYWarps];
 };
 
-template <int NOUT, bool NORM>
-__global__ void __launch_bounds__(kFinishThreads, 2) mhc_finish_kernel(const FinishParams p) {
+/* Dynamic shared memory of the finish kernel: the staged partials of one
+ * round (min(S, 128) splits x (NOUT + 1) values, rounded up to 16 bytes),
+ * then with NORM the token's rounded y row (D bf16). */
+__host__ __device__ constexpr int64_t finish_part_bytes(int64_t S, int nout) {
+  return ((S < kPartRound ? S : kPartRound) * (nout + 1) * 4 + 15) / 16 * 16;
+}
+
+template <int NOUT, bool NORM, int PF>
+__global__ void __launch_bounds__(kFinishThreads, PF <= 2 ? 3 : 2) mhc_finish_kernel(const FinishParams p) {
   constexpr int NV = NOUT + 1;
-  constexpr int LOADS = (kPartChunk * NV + kFinishThreads - 1) / kFinishThreads;
+  constexpr int LOADS = (kPartRound * NV + kFinishThreads - 1) / kFinishThreads;
+  constexpr int ITEMS = (kPartRound / kSumChunk) * NV; /* chunk sums of a full round */
+  constexpr int ITEM_RND = (ITEMS + kFinishThreads - 1) / kFinishThreads;
   __shared__ FinishSmem<NOUT> sm;
-  extern __shared__ uint4 s_y[]; /* NORM: y as bf16 [D] */
+  extern __shared__ __align__(16) unsigned char fin_smem[];
+  float *s_part = reinterpret_cast<float *>(fin_smem);
+  uint4 *s_y = reinterpret_cast<uint4 *>(fin_smem + finish_part_bytes(p.S, NOUT)); /* NORM: y as bf16 [D] */
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int64_t t = blockIdx.x;
+  const int64_t nvec = p.D / 8;
+  const int yt = tid - 32;
+
+  /* constant parameters, before the wait */
+  float sc = 0.f, bs = 0.f;
+  if (warp == 0) {
+    if (NOUT == 24) {
+      const int si = lane < 4 ? 0 : lane < 8 ? 1 : 2;
+      if (lane < NOUT) {
+        sc = p.scale[si];
+        bs = p.base[lane];
+      }
+    } else {
+      sc = p.scale[0];
+      if (lane < 4) bs = p.base[lane];
+    }
+  } else if (NORM) {
+    for (int64_t l = yt; l < (p.D + 31) / 32; l += kYThreads) prefetch_l2(p.norm_w + 32 * l);
+  }
 
   pdl_wait();
   pdl_launch_dependents();
 
   /* 0. y warps: load this thread's first R vectors (used in step 3) */
   const uint16_t *x = p.R + t * p.R_stride;
-  const int64_t nvec = p.D / 8;
-  const int yt = tid - 32;
-  uint4 pf[kPrefetch][4];
+  uint4 pf[PF][4];
   if (warp > 0) {
 #pragma unroll
-    for (int i = 0; i < kPrefetch; i++) {
+    for (int i = 0; i < PF; i++) {
       const int64_t v = yt + (int64_t)i * kYThreads;
       if (v < nvec) {
 #pragma unroll
@@ -422,49 +503,55 @@ __global__ void __launch_bounds__(kFinishThreads, 2) mhc_finish_kernel(const Fin
     }
   }
 
-  /* 1. split sums in ascending s: lane v <= NOUT of warp 0 owns value v */
-  float run = 0.f;
-  for (int64_t s0 = 0; s0 < p.S; s0 += kPartChunk) {
-    const int ns = (int)min((int64_t)kPartChunk, p.S - s0);
+  /* 1. split sums: partials staged per round of up to 128 splits, chunk sums
+   * of 8 splits (ascending s) by all threads, chunk k of the whole op at
+   * sm.csum[k][v] */
+  for (int64_t s0 = 0; s0 < p.S; s0 += kPartRound) {
+    const int ns = (int)min((int64_t)kPartRound, p.S - s0);
     const int n = ns * NV;
-    /* all copies in flight at once, none through registers */
 #pragma unroll
     for (int k = 0; k < LOADS; k++) {
       const int v = tid + k * kFinishThreads;
       if (v < n) {
         const int sl = v / NV, j = v - sl * NV;
         const int64_t s = s0 + sl;
-        cp_async4(&sm.part[v], j < NOUT ? p.d + (s * p.T + t) * NOUT + j : p.q + s * p.T + t);
+        cp_async4(&s_part[v], j < NOUT ? p.d + (s * p.T + t) * NOUT + j : p.q + s * p.T + t);
       }
     }
     cp_async_commit();
-    cp_async_wait0();
+    cp_async_wait<0>();
     __syncthreads();
-    if (warp == 0 && lane < NV) {
-      int sl = 0;
-      for (; sl + 8 <= ns; sl += 8) {
-        float a[8];
+    const int nch = (ns + kSumChunk - 1) / kSumChunk;
+    const int kc0 = (int)(s0 / kSumChunk);
 #pragma unroll
-        for (int k = 0; k < 8; k++) a[k] = sm.part[(sl + k) * NV + lane];
-#pragma unroll
-        for (int k = 0; k < 8; k++) run += a[k];
+    for (int r = 0; r < ITEM_RND; r++) {
+      const int it = tid + r * kFinishThreads;
+      if (it < nch * NV) {
+        const int kc = it / NV, v = it - kc * NV;
+        const int sl0 = kc * kSumChunk, sl1 = min(sl0 + kSumChunk, ns);
+        float a = s_part[sl0 * NV + v];
+        for (int sl = sl0 + 1; sl < sl1; sl++) a += s_part[sl * NV + v];
+        sm.csum[(kc0 + kc) * NV + v] = a;
       }
-      for (; sl < ns; sl++) run += sm.part[sl * NV + lane];
     }
-    __syncthreads();
+    __syncthreads(); /* chunk sums visible; s_part free for the next round */
   }
 
-  /* 2. warp 0: RMS factor, sigmoids (lane-parallel), pre weights published */
+  /* 2. warp 0: chunk sums in ascending order, RMS factor, sigmoids
+   * (lane-parallel), pre weights published */
   float c[16];
   if (warp == 0) {
+    const int nch = (int)((p.S + kSumChunk - 1) / kSumChunk);
+    float run = 0.f;
+    if (lane < NV) {
+      run = sm.csum[lane];
+      for (int k = 1; k < nch; k++) run += sm.csum[k * NV + lane];
+    }
     const float qsum = __shfl_sync(0xffffffffu, run, NOUT);
     const float r = 1.0f / sqrtf(qsum / (float)p.nD + p.eps_rms);
     const float m = run * r;
     if (NOUT == 24) {
-      const int si = lane < 4 ? 0 : lane < 8 ? 1 : 2;
-      const float sc = lane < NOUT ? p.scale[si] : 0.f;
-      const float b = lane < NOUT ? p.base[lane] : 0.f;
-      const float z = fmaf(m, sc, b);
+      const float z = fmaf(m, sc, bs);
       if (lane < 4) {
         const float pre = sigmoidf_(z) + p.eps_hc;
         sm.w[lane] = pre;
@@ -475,9 +562,7 @@ __global__ void __launch_bounds__(kFinishThreads, 2) mhc_finish_kernel(const Fin
 #pragma unroll
       for (int e = 0; e < 16; e++) c[e] = __shfl_sync(0xffffffffu, z, 8 + e);
     } else {
-      const float sc = p.scale[0];
-      const float b = lane < 4 ? p.base[lane] : 0.f;
-      if (lane < 4) sm.w[lane] = sigmoidf_(fmaf(m, sc, b)) + p.eps_hc;
+      if (lane < 4) sm.w[lane] = sigmoidf_(fmaf(m, sc, bs)) + p.eps_hc;
     }
   }
   __syncthreads();
@@ -500,11 +585,11 @@ __global__ void __launch_bounds__(kFinishThreads, 2) mhc_finish_kernel(const Fin
   uint16_t *y = p.y + t * p.y_stride;
   float ss = 0.f;
 #pragma unroll
-  for (int i = 0; i < kPrefetch; i++) {
+  for (int i = 0; i < PF; i++) {
     const int64_t v = yt + (int64_t)i * kYThreads;
     if (v < nvec) ss = emit_y<NORM>(pf[i], w, v, y, s_y, ss);
   }
-  for (int64_t v = yt + (int64_t)kPrefetch * kYThreads; v < nvec; v += kYThreads) {
+  for (int64_t v = yt + (int64_t)PF * kYThreads; v < nvec; v += kYThreads) {
     uint4 r4[4];
 #pragma unroll
     for (int st = 0; st < 4; st++) r4[st] = ld16(x + st * p.D + 8 * v);
@@ -537,7 +622,8 @@ __global__ void __launch_bounds__(kFinishThreads, 2) mhc_finish_kernel(const Fin
 
 /* ------------------------------------------------------------------- post
  * grid (T, ceil(D / 8 / kPostThreads)); each thread loads all four streams
- * of its 8 columns before storing any (in place is safe). */
+ * of its 8 columns before storing any (in place is safe). Everything it
+ * reads may come from the kernels before it: no loads before the wait. */
 __global__ void __launch_bounds__(kPostThreads) mhc_post_kernel(const uint16_t *out, int64_t out_stride,
                                                                const uint16_t *R, int64_t R_stride,
                                                                const float *post, const float *C, uint16_t *R_out,
@@ -595,26 +681,53 @@ cudaError_t launch_pdl(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t s
   return cudaLaunchKernelEx(&cfg, kernel, args...);
 }
 
-/* Tokens per projection CTA (it changes only which CTA serves a token,
- * never a token's summation order): T <= 4: 1 (T x S CTAs, each streaming
- * its split's fn slice once); else 16 when that still gives a CTA per SM,
- * else 8. */
-int project_tokens(int64_t T, int64_t S, int sms) {
-  if (T <= 4) return 1;
-  if (S * ((T + 15) / 16) >= sms) return 16;
-  return 8;
+/* Dynamic shared memory above the default 48 KB needs the opt-in attribute
+ * (a host-side call, allowed while a stream captures). */
+template <typename K>
+cudaError_t smem_optin(K kernel, int64_t bytes) {
+  if (bytes <= 48 * 1024) return cudaSuccess;
+  return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes);
 }
 
-template <int NOUT, int TT>
-cudaError_t launch_project_tt(bool tf32, cudaStream_t st, const ProjParams &pp, int64_t S) {
-  const dim3 grid(dsk__ceil_div_u(pp.T, TT), (unsigned)S);
-  if (tf32) return launch_pdl(mhc_project_kernel<NOUT, TT, true>, grid, dim3(32 * kProjWarps), 0, st, pp);
-  return launch_pdl(mhc_project_kernel<NOUT, TT, false>, grid, dim3(32 * kProjWarps), 0, st, pp);
+/* Projection configurations (they change only which CTA and warp serve a
+ * (token, split, output), never a summation order):
+ *   T1   T == 1         1-warp CTAs, one per (split, output group): 4 S CTAs
+ *   T4   T <= 4         the same with up to 4 tokens per warp
+ *   T8   T <= 8, or too few 16-token tiles to cover the SMs: 8 tokens per warp
+ *   T16  4-warp CTAs of 16 tokens (all 24 outputs), 3-stage ring (48 KB)
+ *   T32  8-warp CTAs of 32 tokens (two token groups share each fn stage),
+ *        4-stage ring (80 KB): when S * ceil(T / 32) CTAs cover the SMs. */
+enum ProjCfg { kProjT1, kProjT4, kProjT8, kProjT16, kProjT32 };
+using ShapeT1 = ProjShape<DSK_MHC_MIX, 1, 1, 1, 4>;
+using ShapeT4 = ProjShape<DSK_MHC_MIX, 4, 1, 1, 4>;
+using ShapeT8 = ProjShape<DSK_MHC_MIX, 8, 1, 1, 4>;
+using ShapeT16 = ProjShape<DSK_MHC_MIX, 16, 4, 1, 3>;
+using ShapeT32 = ProjShape<DSK_MHC_MIX, 16, 4, 2, 4>;
+
+int project_config(int64_t T, int64_t S, int sms, int64_t smem_limit) {
+  if (T == 1) return kProjT1;
+  if (T <= 4) return kProjT4;
+  if (T <= 8) return kProjT8;
+  const int64_t tiles32 = S * ((T + 31) / 32), tiles16 = S * ((T + 15) / 16);
+  if (tiles32 >= sms && ShapeT32::SMEM <= smem_limit) return kProjT32;
+  if (tiles16 >= sms) return kProjT16;
+  return kProjT8;
+}
+
+template <int NOUT, int TW, int WG, int WT, int NSTG>
+cudaError_t launch_project_cfg(bool tf32, cudaStream_t st, const ProjParams &pp, int64_t S) {
+  using Sh = ProjShape<NOUT, TW, WG, WT, NSTG>;
+  const dim3 grid(dsk__ceil_div_u(pp.T, Sh::TT), (unsigned)S, kOutGroups / WG);
+  void (*kern)(const ProjParams) = tf32 ? mhc_project_kernel<NOUT, TW, WG, WT, NSTG, true>
+                                        : mhc_project_kernel<NOUT, TW, WG, WT, NSTG, false>;
+  cudaError_t e = smem_optin(kern, Sh::SMEM);
+  if (e != cudaSuccess) return e;
+  return launch_pdl(kern, grid, dim3(Sh::NT), (size_t)Sh::SMEM, st, pp);
 }
 
 template <int NOUT>
-cudaError_t launch_project(bool tf32, cudaStream_t st, int sms, const uint16_t *R, int64_t R_stride, const float *fn,
-                           int64_t T, int64_t nD, int64_t S, float *d, float *q) {
+cudaError_t launch_project(const dsk_ctx *ctx, bool tf32, cudaStream_t st, const uint16_t *R, int64_t R_stride,
+                           const float *fn, int64_t T, int64_t nD, int64_t S, float *d, float *q) {
   ProjParams pp;
   pp.R = R;
   pp.R_stride = R_stride;
@@ -624,14 +737,33 @@ cudaError_t launch_project(bool tf32, cudaStream_t st, int sms, const uint16_t *
   pp.Kc = dsk_mhc_split_width(nD, S);
   pp.d = d;
   pp.q = q;
-  switch (project_tokens(T, S, sms)) {
-    case 1: return launch_project_tt<NOUT, 1>(tf32, st, pp, S);
-    case 8: return launch_project_tt<NOUT, 8>(tf32, st, pp, S);
-    default: return launch_project_tt<NOUT, 16>(tf32, st, pp, S);
+  const int sms = ctx->info.sm_count > 0 ? ctx->info.sm_count : 1;
+  switch (project_config(T, S, sms, dsk__cuda_state(ctx)->smem_optin)) {
+    case kProjT1: return launch_project_cfg<NOUT, 1, 1, 1, 4>(tf32, st, pp, S);
+    case kProjT4: return launch_project_cfg<NOUT, 4, 1, 1, 4>(tf32, st, pp, S);
+    case kProjT8: return launch_project_cfg<NOUT, 8, 1, 1, 4>(tf32, st, pp, S);
+    case kProjT16: return launch_project_cfg<NOUT, 16, 4, 1, 3>(tf32, st, pp, S);
+    default: return launch_project_cfg<NOUT, 16, 4, 2, 4>(tf32, st, pp, S);
   }
 }
 
-int ctx_sms(const dsk_ctx *ctx) { return ctx->info.sm_count > 0 ? ctx->info.sm_count : 1; }
+/* R vectors per stream and y thread loaded at entry: all of them for D <= 4096. */
+int finish_prefetch(int64_t D) { return D / 8 <= 2 * kYThreads ? 2 : 4; }
+
+template <int NOUT, bool NORM, int PF>
+cudaError_t launch_finish_pf(cudaStream_t st, const FinishParams &p) {
+  const int64_t smem = finish_part_bytes(p.S, NOUT) + (NORM ? p.D * 2 : 0);
+  void (*kern)(const FinishParams) = mhc_finish_kernel<NOUT, NORM, PF>;
+  cudaError_t e = smem_optin(kern, smem + (int64_t)sizeof(FinishSmem<NOUT>));
+  if (e != cudaSuccess) return e;
+  return launch_pdl(kern, dim3((unsigned)p.T), dim3(kFinishThreads), (size_t)smem, st, p);
+}
+
+template <int NOUT, bool NORM>
+cudaError_t launch_finish(cudaStream_t st, const FinishParams &p) {
+  if (finish_prefetch(p.D) == 2) return launch_finish_pf<NOUT, NORM, 2>(st, p);
+  return launch_finish_pf<NOUT, NORM, 4>(st, p);
+}
 
 }  // namespace
 
@@ -641,14 +773,17 @@ extern "C" dsk_status dsk__cuda_mhc_prenorm(dsk_ctx *ctx, const dsk_mhc_prenorm_
   cudaStream_t st = dsk__cuda_stream(ctx, d->stream);
   float *dp = d->partials, *qp = d->partials + S * d->T * DSK_MHC_MIX;
   DSK_CUDA_TRY("mhc_prenorm",
-               launch_project<DSK_MHC_MIX>(d->precision == DSK_MHC_PRECISION_TF32, st, ctx_sms(ctx),
-                                           (const uint16_t *)d->R, d->R_stride, d->fn, d->T, d->nD, S, dp, qp));
+               launch_project<DSK_MHC_MIX>(ctx, d->precision == DSK_MHC_PRECISION_TF32, st, (const uint16_t *)d->R,
+                                           d->R_stride, d->fn, d->T, d->nD, S, dp, qp));
   return DSK_STATUS_OK;
 }
 
 extern "C" dsk_status dsk__cuda_mhc_pre(dsk_ctx *ctx, const dsk_mhc_pre_desc *d, const dsk_tactic *t) {
   DSK_CUDA_TRY("mhc_pre", cudaSetDevice(dsk__cuda_state(ctx)->device));
   const int64_t S = t->v[0];
+  if (S < 1 || S > kMaxSplits)
+    return dsk__fail(DSK_STATUS_INVALID_ARG, "mhc_pre: S %lld outside 1..%d (CUDA finish kernel)", (long long)S,
+                     kMaxSplits);
   cudaStream_t st = dsk__cuda_stream(ctx, d->stream);
   FinishParams p;
   p.d = d->partials;
@@ -673,11 +808,9 @@ extern "C" dsk_status dsk__cuda_mhc_pre(dsk_ctx *ctx, const dsk_mhc_pre_desc *d,
   p.C = d->C;
   p.pre_w = d->pre_w;
   if (d->norm_w)
-    DSK_CUDA_TRY("mhc_pre", launch_pdl(mhc_finish_kernel<DSK_MHC_MIX, true>, dim3((unsigned)d->T),
-                                       dim3(kFinishThreads), (size_t)d->D * 2, st, p));
+    DSK_CUDA_TRY("mhc_pre", (launch_finish<DSK_MHC_MIX, true>(st, p)));
   else
-    DSK_CUDA_TRY("mhc_pre", launch_pdl(mhc_finish_kernel<DSK_MHC_MIX, false>, dim3((unsigned)d->T),
-                                       dim3(kFinishThreads), 0, st, p));
+    DSK_CUDA_TRY("mhc_pre", (launch_finish<DSK_MHC_MIX, false>(st, p)));
   return DSK_STATUS_OK;
 }
 
@@ -694,10 +827,13 @@ extern "C" dsk_status dsk__cuda_mhc_post(dsk_ctx *ctx, const dsk_mhc_post_desc *
 extern "C" dsk_status dsk__cuda_mhc_head(dsk_ctx *ctx, const dsk_mhc_head_desc *d, const dsk_tactic *t) {
   DSK_CUDA_TRY("mhc_head", cudaSetDevice(dsk__cuda_state(ctx)->device));
   const int64_t S = t->v[0];
+  if (S < 1 || S > kMaxSplits)
+    return dsk__fail(DSK_STATUS_INVALID_ARG, "mhc_head: S %lld outside 1..%d (CUDA finish kernel)", (long long)S,
+                     kMaxSplits);
   cudaStream_t st = dsk__cuda_stream(ctx, d->stream);
   float *dp = (float *)d->workspace, *qp = dp + S * d->T * 4;
-  DSK_CUDA_TRY("mhc_head", launch_project<4>(d->precision == DSK_MHC_PRECISION_TF32, st, ctx_sms(ctx),
-                                             (const uint16_t *)d->R, d->R_stride, d->fn, d->T, d->nD, S, dp, qp));
+  DSK_CUDA_TRY("mhc_head", launch_project<4>(ctx, d->precision == DSK_MHC_PRECISION_TF32, st, (const uint16_t *)d->R,
+                                             d->R_stride, d->fn, d->T, d->nD, S, dp, qp));
   FinishParams p;
   memset(&p, 0, sizeof p);
   p.d = dp;
@@ -714,14 +850,15 @@ extern "C" dsk_status dsk__cuda_mhc_head(dsk_ctx *ctx, const dsk_mhc_head_desc *
   p.eps_hc = d->eps_hc;
   p.y = (uint16_t *)d->h;
   p.y_stride = d->h_stride;
-  DSK_CUDA_TRY("mhc_head", launch_pdl(mhc_finish_kernel<4, false>, dim3((unsigned)d->T), dim3(kFinishThreads), 0,
-                                      st, p));
+  DSK_CUDA_TRY("mhc_head", (launch_finish<4, false>(st, p)));
   return DSK_STATUS_OK;
 }
 
 extern "C" int64_t dsk__cuda_mhc_smem_bytes(void) {
-  /* the finish kernel with the fused norm at the largest D, or the widest projection CTA */
-  const int64_t finish = (int64_t)sizeof(FinishSmem<DSK_MHC_MIX>) + (int64_t)DSK_MHC_MAX_D * 2;
-  const int64_t project = (int64_t)sizeof(ProjSmem<DSK_MHC_MIX, 16>);
+  /* the finish kernel with the fused norm at the largest S and D, or the
+   * largest projection ring (T32) */
+  const int64_t finish = (int64_t)sizeof(FinishSmem<DSK_MHC_MIX>) + finish_part_bytes(kMaxSplits, DSK_MHC_MIX) +
+                         (int64_t)DSK_MHC_MAX_D * 2;
+  const int64_t project = ShapeT32::SMEM;
   return finish > project ? finish : project;
 }
