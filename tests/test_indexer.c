@@ -434,10 +434,19 @@ static void topk_case(const char *what, int64_t T, int64_t width, int64_t K, int
     d.out = (int32_t *)dout;
     d.out_stride_t = K;
     d.counters = (int64_t *)dc;
+    /* the backend may need a workspace (CUDA: multi-CTA rows); plan it */
+    dsk_plan_info pi;
+    memset(&pi, 0, sizeof pi);
+    pi.struct_size = sizeof pi;
+    TU_CHECK_OK(&counts, dsk_topk_plan(dut, &d, &pi));
+    void *dws = pi.workspace_bytes > 0 ? dev_up(NULL, (size_t)pi.workspace_bytes) : NULL;
+    d.workspace = dws;
+    d.workspace_bytes = pi.workspace_bytes;
     dsk_status st = dsk_topk(dut, &d);
     TU_CHECK(&counts, st == DSK_STATUS_OK, "%s: %s: %s", what, dsk_status_name(st), dsk_last_error());
     dev_down(out, dout, (size_t)(T * K + 8) * 4);
     dev_down(&cnt, dc, 8);
+    dev_free(dws);
     int64_t diff = 0, first = -1;
     for (int64_t t = 0; t < T; t++) {
       const int64_t Lc = lens[t] < 0 ? 0 : lens[t] > width ? width : lens[t];

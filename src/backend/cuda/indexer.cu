@@ -1,45 +1,38 @@
 /* indexer.cu - the lightning indexer on the GPU (spec/indices.md §9): scores
  * (dsk_indexer_logits) and exact top-k (dsk_topk and the fused path's
  * top-k). Shared by cuda-sm90 and cuda-sm120 under the portability rule:
- * only mma.sync (f16 m16n8k16, fp32 accumulation), cp.async, warp
- * shuffles / votes / match and cvt e4m3x2->f16x2; no wgmma, TMEM or
- * clusters; shared memory <= 99 KB. Results follow the CPU reference
- * (src/backend/cpu/ref_indexer.c): scores within the spec's bound, top-k
- * bit-identical for identical scores. docs/indexer.md has the design.
+ * only mma.sync (f16 m16n8k16, fp32 accumulation), cp.async, cp.async.bulk
+ * with mbarriers, griddepcontrol, warp shuffles / votes / match, max.NaN
+ * and cvt e4m3x2->f16x2; no wgmma, TMEM or clusters; shared memory <= 99 KB.
+ * Results follow the CPU reference (src/backend/cpu/ref_indexer.c): scores
+ * within the spec's bound, top-k bit-identical for identical scores.
+ * docs/indexer.md has the design (v3).
  *
- * Scores. CTA = 8 warps, one query row t, one chunk of `chunk` candidates
- * (a multiple of 128; the host picks it from the width, T and the number
- * of resident CTAs).
- *  - Heads are split in groups of 32 (4 MMA n-tiles of 8). G = ceil(H/32)
- *    groups, padded to GP = 1, 2 or 4; warp w works for head group
- *    w / (8/GP) (warps of a padding group only stage keys). A warp keeps
- *    its group's q (32 heads x 128 e4m3 -> f16, exact; padding heads zero)
- *    in registers as MMA B fragments for the whole chunk; w * q_scale per
- *    head (0 for padding heads) is in shared memory.
+ * Scores (v3). CTA = 8 warps, one query row t, one chunk of `chunk`
+ * candidates (a multiple of 128; the host picks it from the width, T and
+ * the number of resident CTAs), the heads of one pass (<= 64; more heads
+ * take several launches that add their partial sums).
+ *  - Every warp holds all heads of the pass (NT n-tiles of 8: 64 heads in
+ *    128 registers of f16 B fragments, 32 heads in 64) and scores one
+ *    16-candidate m-tile of every 128-candidate stage: 8 k-steps x NT
+ *    m16n8k16 MMAs (M = candidates, N = heads, K = dims), fp32
+ *    accumulation. Each key is converted e4m3 -> f16 once (v2 converted it
+ *    once per 32-head group). e4m3 products are exact in fp32, so the only
+ *    rounding is the fp32 accumulation.
+ *  - Each warp stages its own m-tiles through a 5-deep ring: one
+ *    cp.async.bulk per block-table run (a 2 KB copy for 64-entry pages),
+ *    completion on the warp's mbarrier of the buffer, and 16 scales by
+ *    cp.async. No block-wide barrier in the main loop. Records are stored
+ *    unpadded (the fragment loads have a 2-way bank conflict).
+ *  - The 128 dims are permuted identically in A and B (quad member c owns
+ *    record bytes 32c..32c+31). Then relu(x) (max.NaN: NaN propagates),
+ *    times w * q_scale of the column's head, summed over the heads
+ *    (registers, then the quad), times the key scale: the warp stores its
+ *    16 scores itself; missing entries get -inf.
  *  - The block-table entries of the chunk are read once into shared memory
- *    (the host caps the chunk so that they fit 256 entries), as page or -1
- *    (no page: req outside the table, block >= max_blocks, entry < 0 or
- *    >= num_pages).
- *  - Candidates are staged 128 at a time through a 4-buffer cp.async ring:
- *    the 128-byte record of each valid entry (16-byte chunk c of record r
- *    stored at chunk c ^ (r & 7): conflict-free fragment loads) and its
- *    fp32 scale. Missing entries are zero filled, never read, and counted
- *    once (counters[0]).
- *  - Warp (group hg, key warp kw) scores the 16-row m-tiles kw, kw + 8/GP,
- *    ... of each stage: 8 k-steps x 4 n-tiles of m16n8k16 f16 MMAs (M =
- *    candidates, N = heads, K = dims), fp32 accumulation. e4m3 products are
- *    exact in fp32, so the only rounding is the fp32 accumulation. The 128
- *    dims are permuted identically in A and B (quad member c owns record
- *    bytes 32c..32c+31), so a thread loads its A fragments with four
- *    16-byte shared loads per m-tile. Then relu(x) = x < 0 ? 0 : x (NaN
- *    propagates), times w * q_scale of the column's head, summed over the
- *    heads (registers, then the quad) into a per-group partial in shared
- *    memory.
- *  - One stage later (after the next barrier) 128 threads add the G
- *    partials of each candidate in group order, multiply by the key scale
- *    and store the row segment (coalesced); missing entries get -inf.
+ *    (the host caps the chunk so that they fit 256 entries), as page or -1.
  *  - columns >= min(L_t, ctx_width) get -inf; truncated rows are counted
- *    (counters[1]) by the CTA of chunk 0.
+ *    (counters[1]) by the CTA of chunk 0, missing entries once (counters[0]).
  *  fp8 (e4m3) MMAs would be twice as fast, but their accumulation precision
  *  on these GPUs is not documented; the spec bound (1e-5 of the row maximum)
  *  is kept with f16 MMAs (docs/indexer.md).
@@ -50,20 +43,27 @@
  * lowest column first).
  *  - L <= K with the shortcut: 0..L-1 ascending, scores not read.
  *  - L <= 4096: all L composites are ordered in shared memory (rank_write).
- *  - else (one pass over the row): a threshold g is taken from a sample of
- *    2048..8192 keys (stratified, jittered columns; two 11-bit radix passes
- *    over the sample in shared memory) so that about 1.75 K + 64 keys of
- *    the row are >= g; one pass (float4 loads, L2 prefetch 256 KB ahead)
- *    appends the composite of every key >= g to shared memory (warp scan +
- *    one shared atomic per warp). If the count n is in [K, 8192], the top
- *    K of the row are exactly the top K of these n (n keys are >= g, so the
- *    K largest are), which rank_write orders.
+ *  - else: a threshold g is taken from a sample of 2048..8192 keys
+ *    (stratified, jittered columns; two 11-bit radix passes over the sample
+ *    in shared memory) so that about 1.75 K + 64 keys of the row are >= g;
+ *    one pass (float4 loads, L2 prefetch 256 KB ahead) appends the
+ *    composite of every key >= g. If the count n is in [K, 8192], the top K
+ *    of the row are exactly the top K of these n (n keys are >= g, so the K
+ *    largest are), which rank_write orders.
+ *  - Multi-CTA (few rows: T <= SMs / 2): the pass is split over P slices
+ *    per row (topk_slice_kernel; every slice CTA computes the same g) into
+ *    per-slice regions of the workspace with their counts (written on every
+ *    call, never accumulated); the row's CTA (topk_kernel, launched with
+ *    programmatic stream serialization) gathers them after
+ *    griddepcontrol.wait. A region that overflowed makes that CTA redo the
+ *    pass alone.
  *  - rank_write: 2048 buckets monotone in the key (linear in the value,
- *    else linear in the key; fp32 only); rank = composites in higher buckets + larger
- *    composites in the own bucket (buckets of <= 128); O(n) shared-memory
- *    traffic where a bitonic sort of 4096 composites moves ~5 MB. Rows it
- *    cannot bucket (massive ties) are bitonic-sorted (<= 4096 composites)
- *    or take the fallback.
+ *    else linear in the key; fp32 only); the composites of the buckets that
+ *    start below K are scattered into bucket order, and position q's rank =
+ *    composites in higher buckets + larger composites in its own bucket
+ *    (buckets of <= 128; a warp scans one bucket with broadcast reads).
+ *    Rows it cannot bucket (massive ties) are bitonic-sorted (<= 4096
+ *    composites) or take the fallback.
  *  - otherwise (a poor sample, or massive ties): the exact fallback, radix
  *    select of the K-th largest key in three passes over the row (11, 11,
  *    10 bits; shared histograms with warp-aggregated atomics, block scan
@@ -76,6 +76,7 @@
  */
 #include <cuda_fp16.h>
 #include <math.h>
+#include <string.h>
 
 #include "backend/indexer_rules.h"
 #include "cuda_common.cuh"
@@ -85,12 +86,6 @@ namespace {
 
 constexpr unsigned kFull = 0xffffffffu;
 
-__device__ __forceinline__ float ix_relu(float x) { return x < 0.f ? 0.f : x; }
-
-/* e4m3 pair (bits 0..15 of v) -> f16x2, exact */
-__device__ __forceinline__ uint32_t ix_cvt_lo(uint32_t v) { return dsk_ptx::e4m3x2_to_f16x2_u16(v); }
-/* e4m3 pair (bits 16..31 of v) -> f16x2, exact */
-__device__ __forceinline__ uint32_t ix_cvt_hi(uint32_t v) { return dsk_ptx::e4m3x2_to_f16x2_u16(v >> 16); }
 
 __device__ __forceinline__ uint32_t u4_word(const uint4 &v, int i) {
   return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
@@ -99,31 +94,26 @@ __device__ __forceinline__ uint32_t u4_word(const uint4 &v, int i) {
 /* ============================================================== scores */
 constexpr int kLThreads = 256;  /* 8 warps */
 constexpr int kLWarps = kLThreads / 32;
-constexpr int kStage = 128;     /* candidates per stage (8 m-tiles of 16) */
-constexpr int kMTiles = kStage / 16;
-constexpr int kNBuf = 4;        /* stage buffers (3 stages in flight while one is scored) */
-constexpr int kRec = 128;       /* bytes of a staged record (swizzled, no padding) */
+constexpr int kStage = 128;     /* candidates per stage: one 16-row m-tile per warp */
+constexpr int kNBuf = 5;        /* stage buffers (4 stages in flight while one is scored) */
+constexpr int kRec = 128;       /* bytes of a staged record (unpadded, as in the page) */
 constexpr int kBtCap = 256;     /* block-table entries of one chunk held in shared memory */
 constexpr int kMaxChunk = 4096; /* candidates per CTA at most */
-constexpr int kGroupHeads = 32; /* heads per warp (4 n-tiles) */
+constexpr int kPassHeads = 64;  /* heads per launch (8 n-tiles); more heads take several passes */
 
-/* Shared memory layout of one CTA (bytes) for gp = 1, 2 or 4 head groups. */
+/* Shared memory layout of one CTA (bytes), the same for every head count:
+ * record ring [kNBuf][8 warps][16][128], scale ring [kNBuf][8][16] fp32,
+ * mbarriers [kNBuf][8], block-table entries, w * q_scale of the pass. */
 __host__ __device__ constexpr int64_t lg_off_ks() { return (int64_t)kNBuf * kStage * kRec; }
-__host__ __device__ constexpr int64_t lg_off_ok() { return lg_off_ks() + kNBuf * kStage * 4; }
-__host__ __device__ constexpr int64_t lg_off_fks() { return lg_off_ok() + kNBuf * kStage * 4; }
-__host__ __device__ constexpr int64_t lg_off_fok() { return lg_off_fks() + 2 * kStage * 4; }
-__host__ __device__ constexpr int64_t lg_off_bt() { return lg_off_fok() + 2 * kStage * 4; }
+__host__ __device__ constexpr int64_t lg_off_bar() { return lg_off_ks() + (int64_t)kNBuf * kStage * 4; }
+__host__ __device__ constexpr int64_t lg_off_bt() { return lg_off_bar() + (int64_t)kNBuf * kLWarps * 8; }
 __host__ __device__ constexpr int64_t lg_off_wq() { return lg_off_bt() + kBtCap * 4; }
-__host__ __device__ constexpr int64_t lg_off_part() { return lg_off_wq() + 4 * kGroupHeads * 4; }
-__host__ __device__ constexpr int64_t lg_off_cnt(int gp) { return lg_off_part() + (int64_t)2 * gp * kStage * 4; }
-__host__ __device__ constexpr int64_t lg_smem_bytes(int gp) { return lg_off_cnt(gp) + 16; }
-static_assert(lg_smem_bytes(4) <= DSK_SM120_SMEM_LIMIT, "logits CTA exceeds SM120 shared memory");
-static_assert(lg_off_ks() % 16 == 0 && lg_off_part() % 16 == 0 && lg_off_cnt(1) % 16 == 0, "regions aligned");
-static_assert(kLWarps == 8 && kStage == 128 && kLThreads == 2 * kStage, "the index maps below assume these");
-
-/* Head groups padded to a power of two that divides the 8 warps. */
-__host__ __device__ constexpr int lg_groups(int64_t H) { return (int)((H + kGroupHeads - 1) / kGroupHeads); }
-__host__ __device__ constexpr int lg_gp(int G) { return G <= 1 ? 1 : G == 2 ? 2 : 4; }
+__host__ __device__ constexpr int64_t lg_off_cnt() { return lg_off_wq() + kPassHeads * 4; }
+__host__ __device__ constexpr int64_t lg_smem_bytes() { return lg_off_cnt() + 16; }
+static_assert(lg_smem_bytes() <= DSK_SM120_SMEM_LIMIT, "logits CTA exceeds SM120 shared memory");
+static_assert(lg_off_ks() % 16 == 0 && lg_off_bar() % 8 == 0 && lg_off_bt() % 16 == 0 && lg_off_cnt() % 16 == 0,
+              "regions aligned");
+static_assert(kLWarps == 8 && kStage == 16 * kLWarps, "one m-tile per warp and stage");
 
 struct LogitsParams {
   const uint8_t *q;
@@ -143,7 +133,9 @@ struct LogitsParams {
   float *out;
   int64_t out_st;
   int64_t ctx_width, T, chunk, skip_le;
-  int H, G, GP;
+  int H;           /* all heads */
+  int h0, nh;      /* this pass: heads h0 .. h0 + nh - 1 (nh <= 8 NT) */
+  int first, last; /* first pass: no partial to add; last pass: key scale, -inf, counters */
   unsigned long long *counters;
 };
 
@@ -151,70 +143,141 @@ struct LogitsParams {
 __device__ __forceinline__ uint32_t lg_block(const LogitsParams &p, uint32_t s) {
   return p.pbs_shift >= 0 ? (s >> p.pbs_shift) : s / p.pbs32;
 }
-
-/* Issues the copies of stage `st` (candidates s0 .. s0+127, those < e)
- * into ring buffer st % kNBuf. Thread tid copies 16-byte chunk (tid & 7) of
- * candidates (tid >> 3) + 32u, u < 4; the thread of chunk 0 also the
- * scale and the ok flag. Returns the missing candidates this thread counts. */
-__device__ __forceinline__ int lg_stage(const LogitsParams &p, uint8_t *s_key, float *s_ks, int *s_ok,
-                                        const int *s_bt, int64_t c0, uint32_t b0, int64_t st, int64_t e) {
-  const int tid = threadIdx.x;
-  const int c = tid & 7;
-  const int buf = (int)(st % kNBuf);
-  const int64_t s0 = c0 + st * kStage;
-  int miss = 0;
-#pragma unroll
-  for (int u = 0; u < 4; u++) {
-    const int kl = (tid >> 3) + 32 * u;
-    const int64_t s = s0 + kl;
-    int64_t page = -1, j = 0;
-    if (s < e) {
-      const uint32_t b = lg_block(p, (uint32_t)s);
-      const uint32_t bi = b - b0;
-      page = bi < (uint32_t)kBtCap ? s_bt[bi] : -1;
-      j = s - (int64_t)b * p.pbs;
-    }
-    const bool ok = page >= 0;
-    const uint8_t *pg = p.base + (ok ? page * p.page_stride : 0);
-    uint8_t *dst = s_key + ((int64_t)buf * kStage + kl) * kRec + 16 * (c ^ (kl & 7));
-    dsk_ptx::cp_async16(dst, ok ? pg + 128 * j + 16 * c : p.base, ok);
-    if (c == 0) {
-      dsk_ptx::cp_async4(&s_ks[buf * kStage + kl], ok ? pg + 128 * p.pbs + 4 * j : p.base, ok);
-      s_ok[buf * kStage + kl] = ok ? 1 : 0;
-      miss += (s < e && !ok) ? 1 : 0;
-    }
-  }
-  return miss;
+/* Page of candidate s of the chunk (block b0 first), or -1. */
+__device__ __forceinline__ int lg_page(const LogitsParams &p, const int *s_bt, uint32_t b0, uint32_t s) {
+  const uint32_t bi = lg_block(p, s) - b0;
+  return bi < (uint32_t)kBtCap ? s_bt[bi] : -1;
 }
 
-__global__ void __launch_bounds__(kLThreads, 2) indexer_logits_kernel(const LogitsParams p) {
+/* mbarrier / bulk-copy wrappers (sm_90 and sm_120). */
+__device__ __forceinline__ void mbar_init(uint64_t *bar, uint32_t count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(dsk_ptx::smem_u32(bar)), "r"(count) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive_tx(uint64_t *bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(dsk_ptx::smem_u32(bar)), "r"(bytes)
+               : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(uint64_t *bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(dsk_ptx::smem_u32(bar)) : "memory");
+}
+__device__ __forceinline__ void mbar_wait(uint64_t *bar, uint32_t parity) {
+  asm volatile(
+      "{\n .reg .pred P1;\n"
+      "LAB_WAIT:\n"
+      " mbarrier.try_wait.parity.shared::cta.b64 P1, [%0], %1;\n"
+      " @P1 bra DONE;\n"
+      " bra LAB_WAIT;\n"
+      "DONE:\n}\n" ::"r"(dsk_ptx::smem_u32(bar)),
+      "r"(parity)
+      : "memory");
+}
+/* global -> shared bulk copy (16-byte aligned, a multiple of 16 bytes),
+ * completion counted in bytes on bar */
+__device__ __forceinline__ void bulk_g2s(void *dst, const void *src, uint32_t bytes, uint64_t *bar) {
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(
+          dsk_ptx::smem_u32(dst)),
+      "l"(src), "r"(bytes), "r"(dsk_ptx::smem_u32(bar))
+      : "memory");
+}
+/* relu(x) = x < 0 ? 0 : x with NaN propagated (max.NaN; -0 becomes +0) */
+__device__ __forceinline__ float ix_relu(float x) {
+  float r;
+  asm("max.NaN.f32 %0, %1, 0f00000000;\n" : "=f"(r) : "f"(x));
+  return r;
+}
+
+/* Issues the copies of warp `warp`'s m-tile of stage `st` (candidates
+ * s_lo .. s_lo + 15 of the chunk, those < e) into ring buffer `buf`: the
+ * records as one bulk copy per block-table run (lane l: the l-th block the
+ * m-tile touches; at most 16), completion on the warp's mbarrier of that
+ * buffer (lane 0 arrives first with the byte count, so the phase ends when
+ * the bytes have landed); the scales by lanes 0..15 with cp.async (zero fill
+ * for missing entries), committed by the caller. Missing records are not
+ * copied: their rows hold stale bytes, which only reach their own MMA rows,
+ * whose scores are -inf. Returns the missing candidates lane 0 counts. */
+__device__ __forceinline__ int lg_issue(const LogitsParams &p, uint8_t *s_key, float *s_ks, uint64_t *s_bar,
+                                        const int *s_bt, uint32_t b0, int64_t s_lo, int64_t e, int buf) {
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int slot = buf * kLWarps + warp;
+  uint8_t *dst0 = s_key + (int64_t)slot * 16 * kRec;
+  const int64_t s_hi = s_lo + 16 < e ? s_lo + 16 : e;
+  uint32_t bytes = 0u;
+  int64_t rs = 0, src_off = 0;
+  int miss = 0;
+  if (s_lo < s_hi) {
+    const uint32_t blo = lg_block(p, (uint32_t)s_lo), bhi = lg_block(p, (uint32_t)(s_hi - 1));
+    const uint32_t b = blo + (uint32_t)lane;
+    if (b <= bhi) {
+      const int64_t bs = (int64_t)b * p.pbs;
+      rs = s_lo > bs ? s_lo : bs;
+      const int64_t re = s_hi < bs + p.pbs ? s_hi : bs + p.pbs;
+      const uint32_t bi = b - b0;
+      const int page = bi < (uint32_t)kBtCap ? s_bt[bi] : -1;
+      if (page >= 0) {
+        bytes = (uint32_t)(re - rs) * (uint32_t)kRec;
+        src_off = (int64_t)page * p.page_stride + (rs - bs) * kRec;
+      } else {
+        miss = (int)(re - rs);
+      }
+    }
+  }
+  const uint32_t total = __reduce_add_sync(kFull, bytes);
+  if (lane == 0) {
+    if (total) mbar_arrive_tx(&s_bar[slot], total);
+    else mbar_arrive(&s_bar[slot]);
+  }
+  __syncwarp();
+  if (bytes) bulk_g2s(dst0 + (rs - s_lo) * kRec, p.base + src_off, bytes, &s_bar[slot]);
+  if (lane < 16) {
+    const int64_t s = s_lo + lane;
+    bool ok = false;
+    const uint8_t *src = p.base;
+    if (s < s_hi) {
+      const uint32_t b = lg_block(p, (uint32_t)s);
+      const uint32_t bi = b - b0;
+      const int page = bi < (uint32_t)kBtCap ? s_bt[bi] : -1;
+      ok = page >= 0;
+      if (ok) src = p.base + (int64_t)page * p.page_stride + kRec * p.pbs + 4 * (s - (int64_t)b * p.pbs);
+    }
+    dsk_ptx::cp_async4(&s_ks[slot * 16 + lane], src, ok);
+  }
+  return __reduce_add_sync(kFull, miss) * (lane == 0 ? 1 : 0);
+}
+
+/* Scores of rows t (blockIdx.y, + gridDim.y ...) over candidates
+ * [c0, c0 + chunk) for the heads of one pass; NT = n-tiles of 8 heads per
+ * warp (8: 64 heads, 4: 32 heads). Every warp scores its own m-tile of each
+ * stage for all heads of the pass and stages its own records, so the main
+ * loop has no block-wide barrier. */
+template <int NT>
+__global__ void __launch_bounds__(kLThreads, NT == 8 ? 1 : 2) indexer_logits_kernel(const LogitsParams p) {
   extern __shared__ __align__(16) uint8_t smem[];
   uint8_t *s_key = smem;
   float *s_ks = reinterpret_cast<float *>(smem + lg_off_ks());
-  int *s_ok = reinterpret_cast<int *>(smem + lg_off_ok());
-  float *s_fks = reinterpret_cast<float *>(smem + lg_off_fks());
-  int *s_fok = reinterpret_cast<int *>(smem + lg_off_fok());
+  uint64_t *s_bar = reinterpret_cast<uint64_t *>(smem + lg_off_bar());
   int *s_bt = reinterpret_cast<int *>(smem + lg_off_bt());
   float *s_wq = reinterpret_cast<float *>(smem + lg_off_wq());
-  float *s_part = reinterpret_cast<float *>(smem + lg_off_part());
-  int *s_cnt = reinterpret_cast<int *>(smem + lg_off_cnt(p.GP));
+  int *s_cnt = reinterpret_cast<int *>(smem + lg_off_cnt());
 
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int g = lane >> 2, tq = lane & 3; /* MMA group (row) and member of the quad */
-  const int KW = kLWarps / p.GP;          /* key warps per head group: 8, 4 or 2 */
-  const int hg = warp / KW, kw = warp % KW;
-  const bool cw = hg < p.G; /* this warp scores (not a padding group) */
-  const int h_base = hg * kGroupHeads;
 
   const int64_t c0 = (int64_t)blockIdx.x * p.chunk;
   if (c0 >= p.ctx_width) return; /* block-uniform */
   const int64_t c1 = c0 + p.chunk < p.ctx_width ? c0 + p.chunk : p.ctx_width;
   const uint32_t b0 = lg_block(p, (uint32_t)c0);
 
+  if (tid < kNBuf * kLWarps) mbar_init(&s_bar[tid], 1u);
+  asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+  __syncthreads();
+  uint32_t gs = 0u; /* stages issued by this CTA so far (block-uniform): buffer gs % kNBuf, parity (gs / kNBuf) & 1 */
+
   for (int64_t t = blockIdx.y; t < p.T; t += gridDim.y) {
     const int64_t L = dsk__indexer_causal_len(p.pos[t], p.sm[t], p.ratio);
     const int64_t n = L < p.ctx_width ? L : p.ctx_width;
-    if (blockIdx.x == 0 && tid == 0 && L > p.ctx_width && p.counters) atomicAdd(&p.counters[1], 1ull);
+    if (p.last && blockIdx.x == 0 && tid == 0 && L > p.ctx_width && p.counters) atomicAdd(&p.counters[1], 1ull);
     if (p.skip_le >= 0 && n <= p.skip_le) continue;
     float *orow = p.out + t * p.out_st;
     for (int64_t s = (c0 > n ? c0 : n) + tid; s < c1; s += kLThreads) orow[s] = -INFINITY;
@@ -237,119 +300,103 @@ __global__ void __launch_bounds__(kLThreads, 2) indexer_logits_kernel(const Logi
       }
       s_bt[i] = pg;
     }
-
-    /* w * q_scale per head (0 for padding heads) */
-    for (int h = tid; h < 4 * kGroupHeads; h += kLThreads)
-      s_wq[h] = h < p.H ? p.w[t * p.w_st + h] * p.qs[t * p.qs_st + h] : 0.f;
-    /* q of this warp's heads -> f16 B fragments: bq[nt][2kk] holds
+    /* w * q_scale per head of the pass (0 for padding heads) */
+    for (int h = tid; h < kPassHeads; h += kLThreads)
+      s_wq[h] = h < p.nh ? p.w[t * p.w_st + p.h0 + h] * p.qs[t * p.qs_st + p.h0 + h] : 0.f;
+    if (tid == 0) *s_cnt = 0;
+    /* q of the pass's heads -> f16 B fragments: bq[nt][2kk] holds
      * q[h][32tq + 4kk + {0,1}], bq[nt][2kk+1] holds q[h][32tq + 4kk + {2,3}]
-     * of head h = h_base + 8nt + g. */
-    uint32_t bq[4][16];
+     * of head h = h0 + 8nt + g (zero for padding heads). */
+    uint32_t bq[NT][16];
 #pragma unroll
-    for (int nt = 0; nt < 4; nt++) {
-      const int h = h_base + 8 * nt + g;
+    for (int nt = 0; nt < NT; nt++) {
+      const int h = 8 * nt + g;
       uint4 v0 = make_uint4(0u, 0u, 0u, 0u), v1 = v0;
-      if (cw && h < p.H) {
-        const uint4 *src = reinterpret_cast<const uint4 *>(p.q + t * p.q_st + h * p.q_sh + 32 * tq);
+      if (h < p.nh) {
+        const uint4 *src = reinterpret_cast<const uint4 *>(p.q + t * p.q_st + (int64_t)(p.h0 + h) * p.q_sh + 32 * tq);
         v0 = src[0];
         v1 = src[1];
       }
 #pragma unroll
-      for (int kk = 0; kk < 8; kk++) {
-        const uint32_t wd = u4_word(kk < 4 ? v0 : v1, kk & 3);
-        bq[nt][2 * kk] = ix_cvt_lo(wd);
-        bq[nt][2 * kk + 1] = ix_cvt_hi(wd);
-      }
+      for (int kk = 0; kk < 8; kk++)
+        dsk_ptx::e4m3x4_to_f16x2x2(u4_word(kk < 4 ? v0 : v1, kk & 3), bq[nt][2 * kk], bq[nt][2 * kk + 1]);
     }
-    if (tid == 0) *s_cnt = 0;
-    __syncthreads(); /* s_bt ready */
+    __syncthreads(); /* s_bt, s_wq, s_cnt ready */
 
-    const int64_t nst = (e - c0 + kStage - 1) / kStage;
+    const int nst = (int)((e - c0 + kStage - 1) / kStage); /* <= kMaxChunk / kStage */
     int miss = 0;
-#pragma unroll
+#pragma unroll 1
     for (int st = 0; st < kNBuf - 1; st++) {
-      if (st < nst) miss += lg_stage(p, s_key, s_ks, s_ok, s_bt, c0, b0, st, e);
+      if (st < nst)
+        miss += lg_issue(p, s_key, s_ks, s_bar, s_bt, b0, c0 + (int64_t)st * kStage + 16 * warp, e,
+                         (int)((gs + (uint32_t)st) % kNBuf));
       dsk_ptx::cp_async_commit();
     }
-    for (int64_t i = 0; i < nst; i++) {
-      dsk_ptx::cp_async_wait<kNBuf - 2>(); /* this thread's copies of stage i landed */
-      __syncthreads();                     /* everyone's; stage i - 1 fully scored */
-      const int pb = (int)(i & 1);
-      if (i > 0 && tid < kStage) { /* finish stage i - 1 */
-        const int64_t s = c0 + (i - 1) * kStage + tid;
-        if (s < e) {
-          const int qb = pb ^ 1;
-          float v = s_part[(qb * p.GP) * kStage + tid];
-          for (int h2 = 1; h2 < p.G; h2++) v += s_part[(qb * p.GP + h2) * kStage + tid];
-          orow[s] = s_fok[qb * kStage + tid] ? v * s_fks[qb * kStage + tid] : -INFINITY;
-        }
-      }
-      /* refill the buffer of stage i - 1 */
-      if (i + kNBuf - 1 < nst) miss += lg_stage(p, s_key, s_ks, s_ok, s_bt, c0, b0, i + kNBuf - 1, e);
+#pragma unroll 1
+    for (int i = 0; i < nst; i++) {
+      /* refill the buffer of stage i - 1 (this warp finished reading it) */
+      __syncwarp();
+      if (i + kNBuf - 1 < nst)
+        miss += lg_issue(p, s_key, s_ks, s_bar, s_bt, b0, c0 + (int64_t)(i + kNBuf - 1) * kStage + 16 * warp, e,
+                         (int)((gs + (uint32_t)(i + kNBuf - 1)) % kNBuf));
       dsk_ptx::cp_async_commit();
-      const int buf = (int)(i % kNBuf);
-      if (tid < kStage) { /* stage i's scales and flags, kept until it is finished */
-        s_fks[pb * kStage + tid] = s_ks[buf * kStage + tid];
-        s_fok[pb * kStage + tid] = s_ok[buf * kStage + tid];
-      }
-      if (cw) {
-        const uint8_t *kb = s_key + (int64_t)buf * kStage * kRec;
-        const int64_t s0 = c0 + i * kStage;
-        for (int mt = kw; mt < kMTiles; mt += KW) {
-          if (s0 + 16 * mt >= e) break; /* warp-uniform: the rest of the stage is past the chunk */
-          const int r0 = 16 * mt + g;   /* rows r0 and r0 + 8; both have (row & 7) == g */
-          float acc[4][4];
+      const uint32_t gi = gs + (uint32_t)i;
+      const int buf = (int)(gi % kNBuf);
+      const int slot = buf * kLWarps + warp;
+      mbar_wait(&s_bar[slot], (gi / kNBuf) & 1u); /* this m-tile's records landed */
+      dsk_ptx::cp_async_wait<kNBuf - 1>();       /* this lane's scale copy of stage i landed */
+      __syncwarp();                               /* ... and every lane's */
+      const int64_t s_lo = c0 + (int64_t)i * kStage + 16 * warp;
+      if (s_lo < e) { /* warp-uniform */
+        const uint8_t *kb = s_key + (int64_t)slot * 16 * kRec;
+        float acc[NT][4];
 #pragma unroll
-          for (int nt = 0; nt < 4; nt++) acc[nt][0] = acc[nt][1] = acc[nt][2] = acc[nt][3] = 0.f;
+        for (int nt = 0; nt < NT; nt++) acc[nt][0] = acc[nt][1] = acc[nt][2] = acc[nt][3] = 0.f;
 #pragma unroll
-          for (int half = 0; half < 2; half++) {
-            const int off = 16 * ((2 * tq + half) ^ g);
-            const uint4 x = *reinterpret_cast<const uint4 *>(kb + r0 * kRec + off);
-            const uint4 y = *reinterpret_cast<const uint4 *>(kb + (r0 + 8) * kRec + off);
+        for (int half = 0; half < 2; half++) {
+          const int off = 32 * tq + 16 * half;
+          const uint4 x = *reinterpret_cast<const uint4 *>(kb + g * kRec + off);
+          const uint4 y = *reinterpret_cast<const uint4 *>(kb + (g + 8) * kRec + off);
 #pragma unroll
-            for (int kq = 0; kq < 4; kq++) {
-              const int kk = 4 * half + kq;
-              const uint32_t wx = u4_word(x, kq), wy = u4_word(y, kq);
-              uint32_t a[4];
-              a[0] = ix_cvt_lo(wx); /* row g,     dims 2tq, 2tq+1 */
-              a[1] = ix_cvt_lo(wy); /* row g + 8, dims 2tq, 2tq+1 */
-              a[2] = ix_cvt_hi(wx); /* row g,     dims 2tq+8, 2tq+9 */
-              a[3] = ix_cvt_hi(wy); /* row g + 8, dims 2tq+8, 2tq+9 */
+          for (int kq = 0; kq < 4; kq++) {
+            const int kk = 4 * half + kq;
+            uint32_t a[4];
+            dsk_ptx::e4m3x4_to_f16x2x2(u4_word(x, kq), a[0], a[2]); /* row g: dims 2tq,2tq+1 | 2tq+8,2tq+9 */
+            dsk_ptx::e4m3x4_to_f16x2x2(u4_word(y, kq), a[1], a[3]); /* row g + 8 */
 #pragma unroll
-              for (int nt = 0; nt < 4; nt++) dsk_ptx::mma_f16(acc[nt], a, bq[nt][2 * kk], bq[nt][2 * kk + 1]);
+            for (int nt = 0; nt < NT; nt++) dsk_ptx::mma_f16(acc[nt], a, bq[nt][2 * kk], bq[nt][2 * kk + 1]);
+          }
+        }
+        /* columns 2tq, 2tq + 1 of n-tile nt are heads 8nt + 2tq + {0, 1} of the pass */
+        float sg = 0.f, sh = 0.f;
+#pragma unroll
+        for (int nt = 0; nt < NT; nt++) {
+          const float2 wv = *reinterpret_cast<const float2 *>(s_wq + 8 * nt + 2 * tq);
+          sg += ix_relu(acc[nt][0]) * wv.x + ix_relu(acc[nt][1]) * wv.y;
+          sh += ix_relu(acc[nt][2]) * wv.x + ix_relu(acc[nt][3]) * wv.y;
+        }
+        sg += __shfl_xor_sync(kFull, sg, 1);
+        sh += __shfl_xor_sync(kFull, sh, 1);
+        sg += __shfl_xor_sync(kFull, sg, 2);
+        sh += __shfl_xor_sync(kFull, sh, 2);
+        if (tq < 2) {
+          const int row = g + 8 * tq; /* tq 0: row g, tq 1: row g + 8 */
+          const int64_t s = s_lo + row;
+          if (s < e) {
+            float v = tq == 0 ? sg : sh;
+            if (!p.first) v += orow[s];
+            if (p.last) {
+              const bool ok = lg_page(p, s_bt, b0, (uint32_t)s) >= 0;
+              v = ok ? v * s_ks[slot * 16 + row] : -INFINITY;
             }
+            orow[s] = v;
           }
-          /* columns 2tq, 2tq + 1 of n-tile nt are heads h_base + 8nt + 2tq + {0, 1} */
-          float sg = 0.f, sh = 0.f;
-#pragma unroll
-          for (int nt = 0; nt < 4; nt++) {
-            const float2 wv = *reinterpret_cast<const float2 *>(s_wq + h_base + 8 * nt + 2 * tq);
-            sg += ix_relu(acc[nt][0]) * wv.x + ix_relu(acc[nt][1]) * wv.y;
-            sh += ix_relu(acc[nt][2]) * wv.x + ix_relu(acc[nt][3]) * wv.y;
-          }
-          sg += __shfl_xor_sync(kFull, sg, 1);
-          sg += __shfl_xor_sync(kFull, sg, 2);
-          sh += __shfl_xor_sync(kFull, sh, 1);
-          sh += __shfl_xor_sync(kFull, sh, 2);
-          float *part = s_part + (pb * p.GP + hg) * kStage;
-          if (tq == 0) part[r0] = sg;
-          if (tq == 1) part[r0 + 8] = sh;
         }
       }
     }
-    __syncthreads(); /* the last stage is scored */
-    if (tid < kStage) {
-      const int64_t s = c0 + (nst - 1) * kStage + tid;
-      if (s < e) {
-        const int qb = (int)((nst - 1) & 1);
-        float v = s_part[(qb * p.GP) * kStage + tid];
-        for (int h2 = 1; h2 < p.G; h2++) v += s_part[(qb * p.GP + h2) * kStage + tid];
-        orow[s] = s_fok[qb * kStage + tid] ? v * s_fks[qb * kStage + tid] : -INFINITY;
-      }
-    }
+    gs += (uint32_t)nst;
     /* missing candidates of this chunk, one global atomic per CTA */
-    for (int o = 16; o; o >>= 1) miss += __shfl_xor_sync(kFull, miss, o);
-    if (lane == 0 && miss) atomicAdd(s_cnt, miss);
+    if (lane == 0 && miss && p.last) atomicAdd(s_cnt, miss);
     __syncthreads();
     if (tid == 0 && *s_cnt && p.counters) atomicAdd(&p.counters[0], (unsigned long long)*s_cnt);
   }
@@ -368,15 +415,15 @@ constexpr int kSortCap = 4096;  /* largest bitonic sort (rows up to this length 
 constexpr int kBucketMax = 128; /* rank_write: largest bucket it scans; else bitonic / fallback */
 constexpr int kSampleMin = 2048, kSampleMax = 8192;
 /* dynamic shared memory: composites (also the sample keys and the fallback
- * selection), two bin arrays, the bucket-ordered candidate numbers */
+ * selection), two bin arrays, the bucket-ordered composites of rank_write */
 constexpr int64_t kTkOffHist = (int64_t)kCandCap * 8;
 constexpr int64_t kTkOffStart = kTkOffHist + kBins * 4;
-constexpr int64_t kTkOffIdx = kTkOffStart + kBins * 4;
-constexpr int64_t kTkSmem = kTkOffIdx + (int64_t)kCandCap * 2;
+constexpr int kBkCap = DSK_TOPK_MAX_K + kBucketMax; /* rank_write: bucket-ordered positions below K + a bucket */
+constexpr int64_t kTkOffBk = kTkOffStart + kBins * 4;
+constexpr int64_t kTkSmem = kTkOffBk + (int64_t)kBkCap * 8;
 static_assert(kBins / kKT == 2, "rank_write and the digit pick own two bins per thread");
 static_assert(kKW <= 32, "one warp scans the warp sums");
 static_assert(DSK_TOPK_MAX_K <= kSortCap && kSortCap <= kCandCap && kSampleMax * 4 <= kCandCap * 8, "capacities");
-static_assert(kCandCap <= 65536, "16-bit candidate numbers");
 static_assert(kSampleMin % kKT == 0 && kSortCap % kKT == 0, "uniform loop trip counts");
 static_assert(kTkSmem + 512 <= DSK_SM120_SMEM_LIMIT, "top-k CTA exceeds SM120 shared memory");
 
@@ -390,6 +437,11 @@ struct TopkParams {
   int32_t *out;
   int64_t out_st;
   unsigned long long *counters;
+  /* multi-CTA path (P > 0): P slices per long row, C composites per slice */
+  int P;
+  int64_t C;
+  uint32_t *ws_cnt;            /* [T][P] counts */
+  unsigned long long *ws_cand; /* [T][P][C] composites */
 };
 
 /* Shared-memory working set of one row. */
@@ -398,7 +450,7 @@ struct TopkSmem {
   uint32_t *samp;           /* alias of cand: sample keys */
   uint32_t *hist;           /* [kBins] */
   uint32_t *start;          /* [kBins] */
-  uint16_t *idx;            /* [kCandCap] */
+  unsigned long long *bk;   /* [kBkCap] composites in bucket order (rank_write) */
   uint32_t *warp;           /* [32] */
   uint32_t *pick;           /* [3]: digit, count above it, count in it */
   uint32_t *red;            /* [8] */
@@ -606,6 +658,8 @@ __device__ bool rank_write(const TopkSmem &s, const unsigned long long *a, int n
     s.red[3] = 0u;          /* max finite key */
     s.red[4] = 0u;          /* largest bucket, mode 0 */
     s.red[5] = 0u;          /* largest bucket, mode 1 */
+    s.red[6] = 0u;          /* ordered positions, mode 0 */
+    s.red[7] = 0u;          /* ordered positions, mode 1 */
   }
   __syncthreads();
   uint32_t lo = 0xFFFFFFFFu, hi = 0u, flo = 0xFFFFFFFFu, fhi = 0u;
@@ -662,19 +716,36 @@ __device__ bool rank_write(const TopkSmem &s, const unsigned long long *a, int n
     if (s.red[4 + mode] > (uint32_t)kBucketMax) continue; /* block-uniform */
     s.hist[b0] = excl; /* now the bucket cursors */
     s.hist[b0 - 1] = excl + c0;
-    __syncthreads();
-    for (int i = tid; i < n; i += kKT) {
-      const uint32_t b = rw_bucket(comp_key(a[i]), mode, kmin, shift, xlo_h, sc);
-      const uint32_t at = atomicAdd(&s.hist[b], 1u);
-      s.idx[at] = (uint16_t)i;
+    /* Buckets that start at or past K hold no output: only the positions
+     * [0, fill) of the buckets starting below K are ordered, fill < K +
+     * kBucketMax <= kBkCap (every bucket holds <= kBucketMax). */
+    {
+      const uint32_t e0 = excl < (uint32_t)K ? excl + c0 : 0u;
+      const uint32_t e1 = excl + c0 < (uint32_t)K ? excl + c0 + c1 : 0u;
+      const uint32_t fm = __reduce_max_sync(kFull, e0 > e1 ? e0 : e1);
+      if (lane == 0) atomicMax(&s.red[6 + mode], fm);
     }
     __syncthreads();
+    /* scatter: the composites of those buckets into bucket order */
     for (int i = tid; i < n; i += kKT) {
       const unsigned long long x = a[i];
       const uint32_t b = rw_bucket(comp_key(x), mode, kmin, shift, xlo_h, sc);
+      if (s.start[b] < (uint32_t)K) {
+        const uint32_t at = atomicAdd(&s.hist[b], 1u);
+        s.bk[at] = x;
+      }
+    }
+    __syncthreads();
+    /* rank of position q = composites of higher buckets + the larger ones of
+     * its own bucket; a warp covers 32 consecutive positions, mostly of one
+     * bucket, so the scan reads are broadcasts and the trip counts equal */
+    const uint32_t fill = s.red[6 + mode];
+    for (uint32_t q = tid; q < fill; q += kKT) {
+      const unsigned long long x = s.bk[q];
+      const uint32_t b = rw_bucket(comp_key(x), mode, kmin, shift, xlo_h, sc);
       const uint32_t first = s.start[b], end = b > 0 ? s.start[b - 1] : (uint32_t)n;
       uint32_t r = first;
-      for (uint32_t j = first; j < end; j++) r += a[s.idx[j]] > x ? 1u : 0u;
+      for (uint32_t j = first; j < end; j++) r += s.bk[j] > x ? 1u : 0u;
       if (r < (uint32_t)K) o[r] = comp_col(x);
     }
     for (int i = n + tid; i < K; i += kKT) o[i] = -1;
@@ -683,39 +754,225 @@ __device__ bool rank_write(const TopkSmem &s, const unsigned long long *a, int n
   return false;
 }
 
-__global__ void __launch_bounds__(kKT, 1) topk_kernel(const TopkParams p) {
-  extern __shared__ __align__(16) uint8_t tsm[];
-  __shared__ uint32_t sh_warp[32], sh_pick[3], sh_red[8], sh_cnt[3];
-  TopkSmem s;
+/* Row length of top-k row t (the rules of dsk__topk_args); `count`: a
+ * clamped lens[t] is counted (only the final kernel counts). */
+__device__ __forceinline__ int64_t topk_row_len(const TopkParams &p, int64_t t, bool count) {
+  int64_t L;
+  if (p.lens) {
+    L = p.lens[t];
+    if (L < 0 || L > p.width) {
+      if (count && threadIdx.x == 0 && p.counters) atomicAdd(&p.counters[0], 1ull);
+      L = L < 0 ? 0 : p.width;
+    }
+  } else if (p.pos) {
+    L = dsk__indexer_causal_len(p.pos[t], p.sm[t], p.ratio);
+    if (L > p.width) L = p.width;
+  } else {
+    L = p.width;
+  }
+  return L;
+}
+/* Rows of this length take the threshold path (sample, filter, rank). */
+__device__ __forceinline__ bool topk_long_row(const TopkParams &p, int64_t L) {
+  return !(L <= p.K && p.shortcut) && L > kSortCap;
+}
+
+__device__ __forceinline__ void topk_smem_init(TopkSmem &s, uint8_t *tsm, uint32_t *sh_warp, uint32_t *sh_pick,
+                                               uint32_t *sh_red, uint32_t *sh_cnt) {
   s.cand = reinterpret_cast<unsigned long long *>(tsm);
   s.samp = reinterpret_cast<uint32_t *>(tsm);
   s.hist = reinterpret_cast<uint32_t *>(tsm + kTkOffHist);
   s.start = reinterpret_cast<uint32_t *>(tsm + kTkOffStart);
-  s.idx = reinterpret_cast<uint16_t *>(tsm + kTkOffIdx);
+  s.bk = reinterpret_cast<unsigned long long *>(tsm + kTkOffBk);
   s.warp = sh_warp;
   s.pick = sh_pick;
   s.red = sh_red;
   s.ngt = &sh_cnt[0];
   s.neq = &sh_cnt[1];
   s.n = &sh_cnt[2];
+}
+
+/* The float4 body of columns [a, b) of row: columns [a, a4) before the
+ * first 16-byte boundary (<= 3), nv float4 from a4, then < 4 columns. */
+struct TkRange {
+  int64_t a, b, a4, nv;
+};
+__device__ __forceinline__ TkRange tk_range(const float *row, int64_t a, int64_t b) {
+  TkRange r;
+  r.a = a;
+  r.b = b;
+  int64_t hs = (int64_t)(((16u - ((uint32_t)(uintptr_t)(row + a) & 15u)) & 15u) >> 2);
+  if (hs > b - a) hs = b - a;
+  r.a4 = a + hs;
+  r.nv = (b - r.a4) >> 2;
+  return r;
+}
+/* The first kPfDist iterations of topk_filter's loop go to L2. */
+__device__ __forceinline__ void tk_prefetch(const float *row, const TkRange &r) {
+  const float4 *v4 = reinterpret_cast<const float4 *>(row + r.a4);
+  for (int64_t l = threadIdx.x; l < (int64_t)kPfDist * kVU * kKT / 8; l += kKT)
+    if (8 * l < r.nv) prefetch_l2(v4 + 8 * l);
+}
+
+/* Threshold of a long row (L > kSortCap) from a sample: E ~ 1.75 K + 64
+ * keys of the row should be >= g; S sample keys (stratified, jittered
+ * columns) such that about 48 of them are >= g, and g = the m-th largest
+ * sample key truncated to 22 bits (two 11-bit radix passes over the sample).
+ * Every CTA that calls it for the same row computes the same g. All
+ * threads call; on return *s.n = 0 and the samples may be overwritten. */
+struct TkThresh {
+  bool take_all; /* g = 0: every key (NaN included) */
+  float gf;      /* key(x) >= g <=> x >= gf for every non-NaN x */
+};
+__device__ TkThresh topk_threshold(const TopkSmem &s, const float *row, int64_t L, int K) {
+  const int tid = threadIdx.x;
+  int64_t E = (int64_t)K + (3 * (int64_t)K) / 4 + 64;
+  const int64_t want = (48 * L + E - 1) / E;
+  int S = want <= kSampleMin ? kSampleMin : want <= 2 * kSampleMin ? 2 * kSampleMin : kSampleMax;
+  while (S > L) S >>= 1; /* L > kSortCap: S stays >= 2048, a multiple of kKT */
+  if (E * S < 48 * L) {  /* the largest sample is short of 48 hits: aim higher */
+    int64_t e2 = (48 * L + S - 1) / S;
+    if (e2 > 3072) e2 = 3072;
+    if (e2 > E) E = e2;
+  }
+  int64_t m = (E * S + L - 1) / L;
+  m = m < 1 ? 1 : m > S ? S : m;
+  const int64_t stride = L / S; /* >= 1 */
+  for (int j = tid; j < S; j += kKT) {
+    const uint32_t hsh = (uint32_t)j * 2654435761u;
+    const int64_t i = (int64_t)j * stride + (int64_t)((hsh ^ (hsh >> 15)) % (uint64_t)stride);
+    s.samp[j] = score_key(row[i]);
+  }
+  uint32_t gkey = 0u, gmask = 0u, gneed = (uint32_t)m;
+#pragma unroll 1
+  for (int pass = 0; pass < 2; pass++) {
+    const int shift = pass == 0 ? 21 : 10;
+    for (int i = tid; i < kBins; i += kKT) s.hist[i] = 0u;
+    __syncthreads(); /* also: the samples are written */
+    for (int j = tid; j < S; j += kKT) {
+      const uint32_t k = s.samp[j];
+      hist_add(s.hist, (k & gmask) == gkey, (k >> shift) & (uint32_t)(kBins - 1));
+    }
+    __syncthreads();
+    pick_digit(s, kBins, gneed);
+    gneed -= s.pick[1];
+    gkey |= s.pick[0] << shift;
+    gmask |= (uint32_t)(kBins - 1) << shift;
+  }
+  if (tid == 0) *s.n = 0u;
+  __syncthreads(); /* s.n and s.pick: the caller's pass overwrites the samples */
+  TkThresh th;
+  th.take_all = gkey == 0u;
+  th.gf = gkey <= 0x007FFFFFu ? -INFINITY : key_to_float(gkey); /* NaN (key 0) is below every gkey >= 1 */
+  return th;
+}
+
+/* One pass over columns [r.a, r.b) of row: the composite of every key >= g
+ * goes to dst[slot] for slot < cap (dst in shared or global memory); *s.n
+ * counts them all (also past cap). Iteration `base` reads kVU * kKT float4
+ * (64 KB) and prefetches into L2 the lines of the iteration kPfDist ahead.
+ * All threads call; the count is final after the caller's barrier. */
+__device__ void topk_filter(const TopkSmem &s, const float *row, const TkRange &r, const TkThresh &th,
+                            unsigned long long *dst, uint32_t cap) {
+  const int tid = threadIdx.x;
+  const float4 *v4 = reinterpret_cast<const float4 *>(row + r.a4);
+  const int64_t nv = r.nv;
+  for (int64_t base = 0; base < nv; base += (int64_t)kVU * kKT) {
+    {
+      const int64_t l = base + (int64_t)kPfDist * kVU * kKT + 8 * tid;
+      if (tid < kVU * kKT / 8 && l < nv) prefetch_l2(v4 + l);
+    }
+    float4 v[kVU];
+    int64_t idx[kVU];
+#pragma unroll
+    for (int u = 0; u < kVU; u++) {
+      idx[u] = base + u * kKT + tid;
+      v[u] = idx[u] < nv ? __ldg(v4 + idx[u]) : make_float4(0.f, 0.f, 0.f, 0.f);
+    }
+    uint32_t hm = 0u;
+#pragma unroll
+    for (int u = 0; u < kVU; u++)
+#pragma unroll
+      for (int c = 0; c < 4; c++)
+        if (idx[u] < nv && (th.take_all || f4_comp(v[u], c) >= th.gf)) hm |= 1u << (4 * u + c);
+    const uint32_t cnt = (uint32_t)__popc(hm);
+    if (__any_sync(kFull, cnt != 0u)) {
+      uint32_t slot = warp_reserve(cnt, s.n);
+      if (hm) {
+#pragma unroll
+        for (int u = 0; u < kVU; u++)
+#pragma unroll
+          for (int c = 0; c < 4; c++)
+            if ((hm >> (4 * u + c)) & 1u) {
+              if (slot < cap) dst[slot] = composite(score_key(f4_comp(v[u], c)), r.a4 + 4 * idx[u] + c);
+              slot++;
+            }
+      }
+    }
+  }
+  { /* the unaligned head (<= 3 columns) and the tail (<= 3) */
+    const int64_t tail0 = r.a4 + 4 * nv;
+    const int nh = (int)(r.a4 - r.a);
+    const int nextra = nh + (int)(r.b - tail0);
+    const bool valid = tid < nextra;
+    const int64_t col = tid < nh ? r.a + tid : tail0 + (tid - nh);
+    const float x = valid ? row[col] : 0.f;
+    const bool hit = valid && (th.take_all || x >= th.gf);
+    const uint32_t slot = warp_reserve(hit ? 1u : 0u, s.n);
+    if (hit && slot < cap) dst[slot] = composite(score_key(x), col);
+  }
+}
+
+/* Multi-CTA top-k, first kernel: CTA (i, t) filters slice i of long row t
+ * (columns [i ls, (i + 1) ls), ls = ceil(L / P) rounded up to 4) against
+ * the row's threshold (each slice CTA computes the same g from the same
+ * sample) into its region of the workspace and writes the count, which may
+ * exceed the region's capacity C (only C composites are stored; the final
+ * kernel then redoes the row alone). Every (slice, long row) writes its
+ * count on every call, so the workspace needs no zeroing. */
+__global__ void __launch_bounds__(kKT, 1) topk_slice_kernel(const TopkParams p) {
+  /* let the final kernel launch now; it waits (griddepcontrol.wait) before
+   * reading the workspace */
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+  extern __shared__ __align__(16) uint8_t tsm[];
+  __shared__ uint32_t sh_warp[32], sh_pick[3], sh_red[8], sh_cnt[3];
+  TopkSmem s;
+  topk_smem_init(s, tsm, sh_warp, sh_pick, sh_red, sh_cnt);
+  const int i = (int)blockIdx.x;
+  for (int64_t t = blockIdx.y; t < p.T; t += gridDim.y) {
+    __syncthreads(); /* the previous row's use of shared memory is over */
+    const int64_t L = topk_row_len(p, t, false);
+    if (!topk_long_row(p, L)) continue; /* the final kernel does the row alone */
+    const int64_t ls = ((L + p.P - 1) / p.P + 3) / 4 * 4;
+    const int64_t a = (int64_t)i * ls < L ? (int64_t)i * ls : L;
+    const int64_t b = a + ls < L ? a + ls : L;
+    uint32_t *cnt = p.ws_cnt + t * p.P + i;
+    if (a >= b) { /* an empty slice (block-uniform) */
+      if (threadIdx.x == 0) *cnt = 0u;
+      continue;
+    }
+    const float *row = p.scores + t * p.st;
+    const TkRange r = tk_range(row, a, b);
+    tk_prefetch(row, r);
+    const TkThresh th = topk_threshold(s, row, L, p.K);
+    topk_filter(s, row, r, th, p.ws_cand + (t * p.P + i) * p.C, (uint32_t)p.C);
+    __syncthreads();
+    if (threadIdx.x == 0) *cnt = *s.n;
+  }
+}
+
+/* Top-k, one CTA per row (the final kernel of the multi-CTA path). */
+__global__ void __launch_bounds__(kKT, 1) topk_kernel(const TopkParams p) {
+  extern __shared__ __align__(16) uint8_t tsm[];
+  __shared__ uint32_t sh_warp[32], sh_pick[3], sh_red[8], sh_cnt[3], sh_slice[32], sh_ms[3];
+  TopkSmem s;
+  topk_smem_init(s, tsm, sh_warp, sh_pick, sh_red, sh_cnt);
   const int tid = threadIdx.x;
   const int K = p.K;
 
   for (int64_t t = blockIdx.x; t < p.T; t += gridDim.x) {
     __syncthreads(); /* the previous row's use of shared memory is over */
-    int64_t L;
-    if (p.lens) {
-      L = p.lens[t];
-      if (L < 0 || L > p.width) {
-        if (tid == 0 && p.counters) atomicAdd(&p.counters[0], 1ull);
-        L = L < 0 ? 0 : p.width;
-      }
-    } else if (p.pos) {
-      L = dsk__indexer_causal_len(p.pos[t], p.sm[t], p.ratio);
-      if (L > p.width) L = p.width;
-    } else {
-      L = p.width;
-    }
+    const int64_t L = topk_row_len(p, t, true);
     int32_t *o = p.out + t * p.out_st;
     const float *row = p.scores + t * p.st;
 
@@ -731,109 +988,57 @@ __global__ void __launch_bounds__(kKT, 1) topk_kernel(const TopkParams p) {
       continue;
     }
 
-    /* ---- threshold from a sample. E ~ 1.75 K + 64 keys of the row should
-     * be >= g; S sample keys (stratified, jittered columns) such that about
-     * 48 of them are >= g, and g = the m-th largest sample key truncated
-     * to 22 bits (two 11-bit radix passes over the sample). */
-    int64_t E = (int64_t)K + (3 * (int64_t)K) / 4 + 64;
-    const int64_t want = (48 * L + E - 1) / E;
-    int S = want <= kSampleMin ? kSampleMin : want <= 2 * kSampleMin ? 2 * kSampleMin : kSampleMax;
-    while (S > L) S >>= 1; /* L > kSortCap: S stays >= 2048, a multiple of kKT */
-    if (E * S < 48 * L) { /* the largest sample is short of 48 hits: aim higher */
-      int64_t e2 = (48 * L + S - 1) / S;
-      if (e2 > 3072) e2 = 3072;
-      if (e2 > E) E = e2;
-    }
-    int64_t m = (E * S + L - 1) / L;
-    m = m < 1 ? 1 : m > S ? S : m;
-    const int64_t stride = L / S; /* >= 1 */
-    const int h0 = (int)(((16u - ((uint32_t)(uintptr_t)row & 15u)) & 15u) >> 2); /* to 16-byte alignment */
-    const int64_t nv = (L - h0) >> 2;                                           /* float4 body */
-    const float4 *v4 = reinterpret_cast<const float4 *>(row + h0);
-    /* the first kPfDist iterations of the pass below go to L2 while the sample is taken */
-    for (int64_t l = tid; l < (int64_t)kPfDist * kVU * kKT / 8; l += kKT)
-      if (8 * l < nv) prefetch_l2(v4 + 8 * l);
-    for (int j = tid; j < S; j += kKT) {
-      const uint32_t hsh = (uint32_t)j * 2654435761u;
-      const int64_t i = (int64_t)j * stride + (int64_t)((hsh ^ (hsh >> 15)) % (uint64_t)stride);
-      s.samp[j] = score_key(row[i]);
-    }
-    uint32_t gkey = 0u, gmask = 0u, gneed = (uint32_t)m;
-#pragma unroll 1
-    for (int pass = 0; pass < 2; pass++) {
-      const int shift = pass == 0 ? 21 : 10;
-      for (int i = tid; i < kBins; i += kKT) s.hist[i] = 0u;
-      __syncthreads(); /* also: the samples are written */
-      for (int j = tid; j < S; j += kKT) {
-        const uint32_t k = s.samp[j];
-        hist_add(s.hist, (k & gmask) == gkey, (k >> shift) & (uint32_t)(kBins - 1));
-      }
-      __syncthreads();
-      pick_digit(s, kBins, gneed);
-      gneed -= s.pick[1];
-      gkey |= s.pick[0] << shift;
-      gmask |= (uint32_t)(kBins - 1) << shift;
-    }
-    if (tid == 0) *s.n = 0u;
-    __syncthreads(); /* s.n and s.pick: the pass below overwrites the samples */
-    /* key(x) >= gkey <=> x >= gf for every non-NaN x (the key order is the
-     * float order with -0 == +0); NaN (key 0) is below every gkey >= 1. */
-    const bool take_all = gkey == 0u;
-    const float gf = gkey <= 0x007FFFFFu ? -INFINITY : key_to_float(gkey);
-
-    /* ---- one pass over the row: the composite of every key >= gkey.
-     * Iteration `base` reads kVU * kKT float4 (64 KB) and prefetches into
-     * L2 the 512 lines of the iteration kPfDist ahead, so the loads hit L2
-     * while DRAM streams. */
-    for (int64_t base = 0; base < nv; base += (int64_t)kVU * kKT) {
-      {
-        const int64_t l = base + (int64_t)kPfDist * kVU * kKT + 8 * tid;
-        if (tid < kVU * kKT / 8 && l < nv) prefetch_l2(v4 + l);
-      }
-      float4 v[kVU];
-      int64_t idx[kVU];
+    /* ---- candidates: the keys >= a sampled threshold g. With ncand >= K,
+     * every one of the K largest composites has a key >= g (ncand of them
+     * do), so they are all candidates. */
+    bool have = false;     /* s.cand[0, ncand) holds every key >= g */
+    bool fallback = false; /* the threshold missed: straight to the exact path */
+    uint32_t ncand = 0u;
+    if (p.P > 0) { /* the slice kernel filtered the row */
+      asm volatile("griddepcontrol.wait;\n" ::: "memory"); /* its writes are visible */
+      if (tid < 32) {
+        const uint32_t c = tid < p.P ? p.ws_cnt[t * p.P + tid] : 0u;
+        const bool over = tid < p.P && c > (uint32_t)p.C;
+        sh_slice[tid] = c;
+        uint32_t tot = c;
 #pragma unroll
-      for (int u = 0; u < kVU; u++) {
-        idx[u] = base + u * kKT + tid;
-        v[u] = idx[u] < nv ? __ldg(v4 + idx[u]) : make_float4(0.f, 0.f, 0.f, 0.f);
-      }
-      uint32_t hm = 0u;
-#pragma unroll
-      for (int u = 0; u < kVU; u++)
-#pragma unroll
-        for (int c = 0; c < 4; c++)
-          if (idx[u] < nv && (take_all || f4_comp(v[u], c) >= gf)) hm |= 1u << (4 * u + c);
-      const uint32_t cnt = (uint32_t)__popc(hm);
-      if (__any_sync(kFull, cnt != 0u)) {
-        uint32_t slot = warp_reserve(cnt, s.n);
-        if (hm) {
-#pragma unroll
-          for (int u = 0; u < kVU; u++)
-#pragma unroll
-            for (int c = 0; c < 4; c++)
-              if ((hm >> (4 * u + c)) & 1u) {
-                if (slot < (uint32_t)kCandCap)
-                  s.cand[slot] = composite(score_key(f4_comp(v[u], c)), h0 + 4 * idx[u] + c);
-                slot++;
-              }
+        for (int o2 = 16; o2; o2 >>= 1) tot += __shfl_xor_sync(kFull, tot, o2);
+        const unsigned anyover = __ballot_sync(kFull, over);
+        if (tid == 0) {
+          sh_ms[0] = tot;
+          sh_ms[1] = anyover ? 1u : 0u;
         }
       }
+      __syncthreads();
+      const uint32_t tot = sh_ms[0];
+      if (!sh_ms[1]) { /* block-uniform: no slice overflowed its region */
+        if (tot >= (uint32_t)K && tot <= (uint32_t)kCandCap) {
+          uint32_t off = 0u;
+          for (int i = 0; i < p.P; i++) { /* the regions in slice order */
+            const uint32_t c = sh_slice[i];
+            const unsigned long long *src = p.ws_cand + (t * p.P + i) * p.C;
+            for (uint32_t j = tid; j < c; j += kKT) s.cand[off + j] = src[j];
+            off += c;
+          }
+          __syncthreads();
+          ncand = tot;
+          have = true;
+        } else {
+          fallback = true; /* the single-CTA pass would find the same count */
+        }
+      }
+      /* an overflowed region: this CTA filters the row itself */
     }
-    { /* the unaligned head (h0 <= 3 columns) and the tail (<= 3) */
-      const int64_t tail0 = h0 + 4 * nv;
-      const int nextra = h0 + (int)(L - tail0);
-      const bool valid = tid < nextra;
-      const int64_t col = tid < h0 ? tid : tail0 + (tid - h0);
-      const float x = valid ? row[col] : 0.f;
-      const bool hit = valid && (take_all || x >= gf);
-      const uint32_t slot = warp_reserve(hit ? 1u : 0u, s.n);
-      if (hit && slot < (uint32_t)kCandCap) s.cand[slot] = composite(score_key(x), col);
+    if (!have && !fallback) {
+      const TkRange r = tk_range(row, 0, L);
+      tk_prefetch(row, r); /* the first iterations of the pass go to L2 while the sample is taken */
+      const TkThresh th = topk_threshold(s, row, L, K);
+      topk_filter(s, row, r, th, s.cand, (uint32_t)kCandCap);
+      __syncthreads();
+      ncand = *s.n;
+      have = ncand >= (uint32_t)K && ncand <= (uint32_t)kCandCap;
     }
-    __syncthreads();
-    const uint32_t ncand = *s.n;
-    /* With ncand >= K, every one of the K largest composites has a key >=
-     * gkey (ncand of them do), so they are all candidates. */
-    if (ncand >= (uint32_t)K && ncand <= (uint32_t)kCandCap && rank_write(s, s.cand, (int)ncand, K, o)) continue;
+    if (have && rank_write(s, s.cand, (int)ncand, K, o)) continue;
 
     /* ---- exact fallback. Radix select: the K-th largest key, 11 + 11 + 10
      * bits from the top. */
@@ -952,7 +1157,8 @@ static int64_t logits_chunk(const dsk_ctx *ctx, int64_t T, int64_t W, int64_t pb
 }
 
 extern "C" int64_t dsk__cuda_indexer_logits_smem_bytes(int64_t n_heads) {
-  return lg_smem_bytes(lg_gp(lg_groups(n_heads < 1 ? 1 : n_heads)));
+  (void)n_heads; /* one layout for every head count */
+  return lg_smem_bytes();
 }
 
 extern "C" dsk_status dsk__cuda_indexer_logits(dsk_ctx *ctx, const dsk_indexer_logits_desc *d, int64_t skip_le) {
@@ -989,35 +1195,66 @@ extern "C" dsk_status dsk__cuda_indexer_logits(dsk_ctx *ctx, const dsk_indexer_l
   p.T = d->T;
   p.skip_le = skip_le;
   p.H = (int)d->n_heads;
-  p.G = lg_groups(p.H);
-  p.GP = lg_gp(p.G);
   p.counters = (unsigned long long *)d->counters;
 
-  const int64_t smem = lg_smem_bytes(p.GP);
+  const int64_t smem = lg_smem_bytes();
   const dsk_cuda_state *st = dsk__cuda_state(ctx);
   if (smem > st->smem_optin)
     return dsk__fail(DSK_STATUS_UNSUPPORTED, "indexer_logits: kernel needs %lld B of shared memory, device allows %lld",
                      (long long)smem, (long long)st->smem_optin);
-  DSK_CUDA_TRY("indexer_logits", cudaFuncSetAttribute(indexer_logits_kernel,
-                                                      cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-  int per_sm = 1;
-  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, indexer_logits_kernel, kLThreads, (size_t)smem) !=
-      cudaSuccess) {
-    (void)cudaGetLastError(); /* not sticky; fall back to one CTA per SM */
-    per_sm = 1;
+  /* passes of up to 64 heads: the first writes its partial sums, later ones
+   * add theirs, the last applies the key scale (H <= 64: one pass) */
+  for (int h0 = 0; h0 < p.H; h0 += kPassHeads) {
+    p.h0 = h0;
+    p.nh = p.H - h0 < kPassHeads ? p.H - h0 : kPassHeads;
+    p.first = h0 == 0;
+    p.last = h0 + kPassHeads >= p.H;
+    void (*kern)(const LogitsParams) = p.nh <= 32 ? indexer_logits_kernel<4> : indexer_logits_kernel<8>;
+    DSK_CUDA_TRY("indexer_logits", cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    int per_sm = 1;
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kern, kLThreads, (size_t)smem) != cudaSuccess) {
+      (void)cudaGetLastError(); /* not sticky; fall back to one CTA per SM */
+      per_sm = 1;
+    }
+    p.chunk = logits_chunk(ctx, d->T, d->ctx_width, p.pbs, per_sm);
+    const int64_t gx = (d->ctx_width + p.chunk - 1) / p.chunk;
+    const int64_t gy = d->T < 65535 ? d->T : 65535;
+    kern<<<dim3((unsigned)gx, (unsigned)gy), kLThreads, (size_t)smem, s>>>(p);
+    DSK_CUDA_LAUNCHED("indexer_logits");
   }
-  p.chunk = logits_chunk(ctx, d->T, d->ctx_width, p.pbs, per_sm);
-  const int64_t gx = (d->ctx_width + p.chunk - 1) / p.chunk;
-  const int64_t gy = d->T < 65535 ? d->T : 65535;
-  indexer_logits_kernel<<<dim3((unsigned)gx, (unsigned)gy), kLThreads, (size_t)smem, s>>>(p);
-  DSK_CUDA_LAUNCHED("indexer_logits");
   return DSK_STATUS_OK;
 }
 
+/* Multi-CTA top-k: P slices per row when a CTA per row leaves most SMs
+ * idle (P = SMs / T, at most 32, slices of >= 2048 columns), so that one
+ * long row is filtered by P CTAs; 0 = one CTA per row. Depends only on the
+ * device, T and the width (plan and run agree). */
+static int topk_slices(const dsk_ctx *ctx, int64_t T, int64_t width) {
+  if (width <= kSortCap || T < 1) return 0;
+  const int64_t sms = ctx->info.sm_count > 0 ? ctx->info.sm_count : 1;
+  int64_t P = sms / T;
+  if (P > 32) P = 32;
+  if (P > width / 2048) P = width / 2048;
+  return P >= 2 ? (int)P : 0;
+}
+/* Composites per slice region: twice a slice's expected share of the
+ * E <= max(1.75 K + 64, 3072) candidates plus 256, at most the slice. */
+static int64_t topk_slice_cap(int64_t width, int64_t K, int P) {
+  int64_t E = K + (3 * K) / 4 + 64;
+  if (E < 3072) E = 3072;
+  const int64_t ls = ((width + P - 1) / P + 3) / 4 * 4;
+  const int64_t c = (2 * E / P + 256 + 31) / 32 * 32;
+  return c < ls ? c : ls;
+}
+/* Workspace: counts [T][P] (uint32, the block rounded up to 256 bytes),
+ * then the regions [T][P][C] (composites). */
+static int64_t topk_ws_cnt_bytes(int64_t T, int P) { return (T * P * 4 + 255) / 256 * 256; }
+
 extern "C" int64_t dsk__cuda_topk_workspace(const dsk_ctx *ctx, const dsk__topk_args *a) {
-  (void)ctx;
-  (void)a;
-  return 0;
+  const int P = topk_slices(ctx, a->T, a->width);
+  if (P == 0) return 0;
+  const int64_t C = topk_slice_cap(a->width, a->K, P);
+  return topk_ws_cnt_bytes(a->T, P) + a->T * P * C * 8;
 }
 
 extern "C" dsk_status dsk__cuda_topk(dsk_ctx *ctx, const dsk__topk_args *a) {
@@ -1038,6 +1275,18 @@ extern "C" dsk_status dsk__cuda_topk(dsk_ctx *ctx, const dsk__topk_args *a) {
   p.out = a->out;
   p.out_st = a->out_stride_t;
   p.counters = (unsigned long long *)a->counters;
+  p.P = topk_slices(ctx, a->T, a->width);
+  p.C = p.P ? topk_slice_cap(a->width, a->K, p.P) : 0;
+  p.ws_cnt = NULL;
+  p.ws_cand = NULL;
+  if (p.P) {
+    const int64_t need = topk_ws_cnt_bytes(a->T, p.P) + a->T * p.P * p.C * 8;
+    if (!a->workspace || a->workspace_bytes < need) /* the ops layer checks it; never run past it */
+      return dsk__fail(DSK_STATUS_INVALID_ARG, "topk: workspace of %lld B needed, %lld given", (long long)need,
+                       (long long)a->workspace_bytes);
+    p.ws_cnt = (uint32_t *)a->workspace;
+    p.ws_cand = (unsigned long long *)((uint8_t *)a->workspace + topk_ws_cnt_bytes(a->T, p.P));
+  }
   const dsk_cuda_state *st = dsk__cuda_state(ctx);
   if (kTkSmem > st->smem_optin)
     return dsk__fail(DSK_STATUS_UNSUPPORTED, "topk: kernel needs %lld B of shared memory, device allows %lld",
@@ -1045,7 +1294,29 @@ extern "C" dsk_status dsk__cuda_topk(dsk_ctx *ctx, const dsk__topk_args *a) {
   DSK_CUDA_TRY("topk",
                cudaFuncSetAttribute(topk_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)kTkSmem));
   const int64_t grid = a->T < 2147483647LL ? a->T : 2147483647LL;
-  topk_kernel<<<(unsigned)grid, kKT, (size_t)kTkSmem, s>>>(p);
+  if (!p.P) {
+    topk_kernel<<<(unsigned)grid, kKT, (size_t)kTkSmem, s>>>(p);
+    DSK_CUDA_LAUNCHED("topk");
+    return DSK_STATUS_OK;
+  }
+  /* slices (T <= SMs / 2, so gridDim.y = T), then the final kernel with
+   * programmatic stream serialization: its launch overlaps the slices; it
+   * reads the workspace after griddepcontrol.wait */
+  DSK_CUDA_TRY("topk", cudaFuncSetAttribute(topk_slice_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                            (int)kTkOffStart));
+  topk_slice_kernel<<<dim3((unsigned)p.P, (unsigned)a->T), kKT, (size_t)kTkOffStart, s>>>(p);
   DSK_CUDA_LAUNCHED("topk");
+  cudaLaunchConfig_t cfg;
+  memset(&cfg, 0, sizeof cfg);
+  cfg.gridDim = dim3((unsigned)grid);
+  cfg.blockDim = dim3(kKT);
+  cfg.dynamicSmemBytes = (size_t)kTkSmem;
+  cfg.stream = s;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  DSK_CUDA_TRY("topk", cudaLaunchKernelEx(&cfg, topk_kernel, p));
   return DSK_STATUS_OK;
 }
