@@ -16,7 +16,12 @@
  *    (Format A; FP8 MoE and dense MLP at reduced widths); also on a second
  *    "rank" that imports the first one's export and warms up without tuning
  *    (A19), and one that loads the file;
- *  - progress actions (tuned, cached, forced re-tune, skipped over budget). */
+ *  - progress actions (tuned, cached, forced re-tune, skipped over budget);
+ *  - only when DSK_TEST_DEVICE names a GPU (a line says it is skipped
+ *    otherwise): the same property with the full DSv4-Flash TP2 envelope
+ *    (256 tokens, context 131072: the 195 keys of `dsk tune`), every buffer
+ *    in device memory, warmup wall time printed; then a second context
+ *    warming up from the file. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -358,8 +363,197 @@ typedef struct envelope {
   dsk_moe_wfmt wfmt;
 } envelope;
 
+/* Where the buffers of a serving loop live: host memory on a CPU context;
+ * on a GPU context device memory (dsk_mem_*), with what is made on the host
+ * (slots, lens, expert ids and weights, m_indices) uploaded, and the bf16
+ * activations set to a small constant instead of random values (a lookup
+ * depends on shapes only). Expert and dense weights are zero and never
+ * written: they are kept across the steps of a loop (grown when a step
+ * needs more), so the ~1.6 GiB of DSv4-Flash's MXFP4 experts per rank are
+ * allocated once. */
+#define SERVER_KEEP 8
+typedef struct server {
+  dsk_ctx *c;
+  int dev; /* 1: the context's memory is device memory */
+  void *keep[SERVER_KEEP];
+  int64_t keep_bytes[SERVER_KEEP];
+} server;
+
+/* The buffers of one step, freed by sm_done. */
+#define STEP_MAXBUF 16
+typedef struct step_mem {
+  server *s;
+  void *p[STEP_MAXBUF]; /* the context's memory */
+  int n;
+  void *h[STEP_MAXBUF]; /* host staging (device mode) */
+  int nh;
+  dsk_status st; /* the first failure of an allocation or copy */
+} step_mem;
+
+static step_mem sm_begin(server *s) {
+  step_mem m;
+  memset(&m, 0, sizeof m);
+  m.s = s;
+  m.st = DSK_STATUS_OK;
+  return m;
+}
+
+static void sm_fail(step_mem *m, dsk_status st) {
+  if (m->st == DSK_STATUS_OK) m->st = st;
+}
+
+static size_t sm_size(int64_t bytes) { return (size_t)(bytes > 0 ? bytes : 1); }
+
+/* `bytes` of the context's memory (zeroed on the host, uninitialised on a
+ * device); NULL on failure. */
+static void *sm_raw(step_mem *m, int64_t bytes) {
+  void *p = NULL;
+  if (m->n >= STEP_MAXBUF) {
+    sm_fail(m, DSK_STATUS_OUT_OF_MEMORY);
+    return NULL;
+  }
+  if (m->s->dev) {
+    dsk_status st = dsk_mem_alloc(m->s->c, &p, sm_size(bytes));
+    if (st != DSK_STATUS_OK) {
+      sm_fail(m, st);
+      return NULL;
+    }
+  } else {
+    p = calloc(1, sm_size(bytes));
+    if (!p) {
+      sm_fail(m, DSK_STATUS_OUT_OF_MEMORY);
+      return NULL;
+    }
+  }
+  m->p[m->n++] = p;
+  return p;
+}
+
+/* `bytes` of zeros in the context's memory. */
+static void *sm_zero(step_mem *m, int64_t bytes) {
+  void *p = sm_raw(m, bytes);
+  if (p && m->s->dev) {
+    dsk_status st = dsk_mem_set(m->s->c, p, 0, sm_size(bytes));
+    if (st != DSK_STATUS_OK) {
+      sm_fail(m, st); /* p stays listed: sm_done frees it */
+      return NULL;
+    }
+  }
+  return p;
+}
+
+/* Zeroed host memory to fill; sm_put turns it into an input. */
+static void *sm_host(step_mem *m, int64_t bytes) {
+  if (!m->s->dev) return sm_zero(m, bytes);
+  void *p = NULL;
+  if (m->nh < STEP_MAXBUF) p = calloc(1, sm_size(bytes));
+  if (!p) {
+    sm_fail(m, DSK_STATUS_OUT_OF_MEMORY);
+    return NULL;
+  }
+  m->h[m->nh++] = p;
+  return p;
+}
+
+/* The host buffer h (of sm_host, `bytes` long) in the context's memory. */
+static void *sm_put(step_mem *m, void *h, int64_t bytes) {
+  if (!m->s->dev || !h) return h;
+  void *p = sm_raw(m, bytes);
+  if (p) {
+    dsk_status st = dsk_mem_upload(m->s->c, p, h, (size_t)bytes);
+    if (st != DSK_STATUS_OK) {
+      sm_fail(m, st);
+      return NULL;
+    }
+  }
+  return p;
+}
+
+/* bf16 [n]: normal(0, sigma) values on the host; on a device the constant
+ * bf16 0x3C3C (about 0.0115, finite). */
+static dsk_bf16 *sm_bf16(step_mem *m, tu_rng *r, int64_t n, double sigma) {
+  dsk_bf16 *p = (dsk_bf16 *)sm_raw(m, n * 2);
+  if (!p) return NULL;
+  if (!m->s->dev) {
+    tu_fill_bf16_normal(r, p, (size_t)n, sigma);
+  } else {
+    dsk_status st = dsk_mem_set(m->s->c, p, 0x3C, (size_t)n * 2);
+    if (st != DSK_STATUS_OK) {
+      sm_fail(m, st);
+      return NULL;
+    }
+  }
+  return p;
+}
+
+/* A zero buffer of at least `bytes` kept in slot `slot` across the steps of
+ * the loop (weights only: nothing writes them). */
+static void *sm_keep(step_mem *m, int slot, int64_t bytes) {
+  server *s = m->s;
+  if (s->keep_bytes[slot] < (int64_t)sm_size(bytes)) {
+    /* the previous step ended with sm_done: nothing on the device uses it */
+    if (s->dev)
+      dsk_mem_free(s->c, s->keep[slot]);
+    else
+      free(s->keep[slot]);
+    s->keep[slot] = NULL;
+    s->keep_bytes[slot] = 0;
+    void *p = NULL;
+    if (s->dev) {
+      dsk_status st = dsk_mem_alloc(s->c, &p, sm_size(bytes));
+      if (st == DSK_STATUS_OK) {
+        st = dsk_mem_set(s->c, p, 0, sm_size(bytes));
+        if (st != DSK_STATUS_OK) dsk_mem_free(s->c, p);
+      }
+      if (st != DSK_STATUS_OK) {
+        sm_fail(m, st);
+        return NULL;
+      }
+    } else {
+      p = calloc(1, sm_size(bytes));
+      if (!p) {
+        sm_fail(m, DSK_STATUS_OUT_OF_MEMORY);
+        return NULL;
+      }
+    }
+    s->keep[slot] = p;
+    s->keep_bytes[slot] = (int64_t)sm_size(bytes);
+  }
+  return s->keep[slot];
+}
+
+/* Ends a step: on a device waits for its work (an asynchronous failure
+ * shows here), then frees its buffers. Returns st, else the first failure
+ * of the step's memory calls, else the wait's. */
+static dsk_status sm_done(step_mem *m, dsk_status st) {
+  dsk_status ws = DSK_STATUS_OK;
+  if (m->s->dev) ws = dsk_ctx_synchronize(m->s->c, NULL);
+  for (int i = 0; i < m->n; i++) {
+    if (m->s->dev)
+      dsk_mem_free(m->s->c, m->p[i]);
+    else
+      free(m->p[i]);
+  }
+  for (int i = 0; i < m->nh; i++) free(m->h[i]);
+  m->n = m->nh = 0;
+  if (st != DSK_STATUS_OK) return st;
+  if (m->st != DSK_STATUS_OK) return m->st;
+  return ws;
+}
+
+static void server_free(server *s) {
+  for (int i = 0; i < SERVER_KEEP; i++) {
+    if (s->dev)
+      dsk_mem_free(s->c, s->keep[i]);
+    else
+      free(s->keep[i]);
+    s->keep[i] = NULL;
+    s->keep_bytes[i] = 0;
+  }
+}
+
 /* One decode step of the envelope on random data: returns the status. */
-static dsk_status decode_step(dsk_ctx *c, const envelope *e, tu_rng *r) {
+static dsk_status decode_step(server *s, const envelope *e, tu_rng *r) {
   int64_t T = tu_int(r, 1, e->max_T);
   int kind = 0; /* 0 SWA only / DSA, 1 C4A, 2 C128A */
   if (e->fmt == DSK_KV_FORMAT_B584) {
@@ -376,12 +570,8 @@ static dsk_status decode_step(dsk_ctx *c, const envelope *e, tu_rng *r) {
   d.T = T;
   d.H = e->H;
   const int64_t dqk = e->fmt == DSK_KV_FORMAT_A656 ? 576 : 512;
-  void *mem[10];
-  int nm = 0;
-  dsk_bf16 *q = (dsk_bf16 *)calloc((size_t)(T * e->H * dqk), 2);
-  mem[nm++] = q;
-  tu_fill_bf16_normal(r, q, (size_t)(T * e->H * dqk), 0.5);
-  d.q = q;
+  step_mem m = sm_begin(s);
+  d.q = sm_bf16(&m, r, T * e->H * dqk, 0.5);
   d.q_stride_h = dqk;
   d.q_stride_t = e->H * dqk;
   d.sm_scale = 0.04f;
@@ -406,73 +596,56 @@ static dsk_status decode_step(dsk_ctx *c, const envelope *e, tu_rng *r) {
     g->cache.pbs = pbs[i];
     g->cache.page_stride = dsk_kv_canonical_page_stride(e->fmt, pbs[i]);
     g->cache.num_pages = 2;
-    g->cache.base = calloc((size_t)(g->cache.page_stride * 2), 1);
-    mem[nm++] = g->cache.base;
-    int32_t *sl = (int32_t *)malloc((size_t)(T * w[i]) * 4);
-    int32_t *lens = (int32_t *)malloc((size_t)T * 4);
-    mem[nm++] = sl;
-    mem[nm++] = lens;
+    g->cache.base = sm_zero(&m, g->cache.page_stride * 2);
+    int32_t *sl = (int32_t *)sm_host(&m, T * w[i] * 4);
+    int32_t *lens = (int32_t *)sm_host(&m, T * 4);
+    if (!sl || !lens) return sm_done(&m, m.st);
     for (int64_t k = 0; k < T * w[i]; k++) sl[k] = (int32_t)tu_int(r, 0, 2 * pbs[i] - 1);
     for (int64_t t = 0; t < T; t++) lens[t] = (int32_t)tu_int(r, 0, w[i]);
-    g->slots = sl;
+    g->slots = (const int32_t *)sm_put(&m, sl, T * w[i] * 4);
     g->slots_stride_t = w[i];
     g->width = w[i];
-    g->lens = lens;
+    g->lens = (const int32_t *)sm_put(&m, lens, T * 4);
   }
-  dsk_bf16 *out = (dsk_bf16 *)malloc((size_t)(T * e->H * 512) * 2);
-  mem[nm++] = out;
-  d.out = out;
+  d.out = (dsk_bf16 *)sm_raw(&m, T * e->H * 512 * 2);
   d.out_stride_h = 512;
   d.out_stride_t = e->H * 512;
+  if (m.st != DSK_STATUS_OK) return sm_done(&m, m.st);
   dsk_plan_info pi;
   memset(&pi, 0, sizeof pi);
   pi.struct_size = sizeof pi;
-  dsk_status st = dsk_sparse_mla_decode_plan(c, &d, &pi);
+  dsk_status st = dsk_sparse_mla_decode_plan(s->c, &d, &pi);
   if (st == DSK_STATUS_OK) {
     if (pi.tactic_source != DSK_TACTIC_TUNED) st = DSK_STATUS_TUNE_MISS;
-    d.workspace = malloc((size_t)pi.workspace_bytes + 64);
-    mem[nm++] = d.workspace;
+    d.workspace = sm_raw(&m, pi.workspace_bytes + 64);
     d.workspace_bytes = pi.workspace_bytes;
-    if (st == DSK_STATUS_OK) st = dsk_sparse_mla_decode(c, &d);
+    if (st == DSK_STATUS_OK && m.st == DSK_STATUS_OK) st = dsk_sparse_mla_decode(s->c, &d);
   }
-  for (int i = 0; i < nm; i++) free(mem[i]);
-  return st;
+  return sm_done(&m, st);
 }
 
-static dsk_status mhc_step(dsk_ctx *c, const envelope *e, tu_rng *r) {
+static dsk_status mhc_step(server *s, const envelope *e, tu_rng *r) {
   int64_t T = tu_int(r, 1, e->max_T), nD = 4 * e->D;
   dsk_mhc_prenorm_desc pd;
   dsk_mhc_prenorm_desc_init(&pd);
   pd.T = T;
   pd.D = e->D;
   pd.nD = nD;
-  dsk_bf16 *R = (dsk_bf16 *)malloc((size_t)(T * nD) * 2);
-  tu_fill_bf16_normal(r, R, (size_t)(T * nD), 1.0);
-  float *fn = (float *)calloc((size_t)(24 * nD), 4);
-  pd.R = R;
+  step_mem m = sm_begin(s);
+  pd.R = sm_bf16(&m, r, T * nD, 1.0);
   pd.R_stride = nD;
-  pd.fn = fn;
+  pd.fn = (const float *)sm_zero(&m, 24 * nD * 4);
+  if (m.st != DSK_STATUS_OK) return sm_done(&m, m.st);
   dsk_plan_info pi;
   memset(&pi, 0, sizeof pi);
   pi.struct_size = sizeof pi;
-  dsk_status st = dsk_mhc_prenorm_plan(c, &pd, &pi);
-  float *part = NULL;
+  dsk_status st = dsk_mhc_prenorm_plan(s->c, &pd, &pi);
   if (st == DSK_STATUS_OK) {
-    part = (float *)malloc((size_t)pi.workspace_bytes);
-    pd.partials = part;
+    pd.partials = (float *)sm_raw(&m, pi.workspace_bytes);
     pd.partials_bytes = pi.workspace_bytes;
-    st = dsk_mhc_prenorm(c, &pd);
+    st = m.st != DSK_STATUS_OK ? m.st : dsk_mhc_prenorm(s->c, &pd);
   }
-  free(R);
-  free(fn);
-  free(part);
-  return st;
-}
-
-static void *zalloc(void **mem, int *nm, int64_t bytes) {
-  void *p = calloc(1, (size_t)(bytes > 0 ? bytes : 1));
-  mem[(*nm)++] = p;
-  return p;
+  return sm_done(&m, st);
 }
 
 /* Plan (the source must be TUNED) then run. */
@@ -484,12 +657,16 @@ static void *zalloc(void **mem, int *nm, int64_t bytes) {
     if (st == DSK_STATUS_OK && pi.tactic_source != DSK_TACTIC_TUNED) st = DSK_STATUS_TUNE_MISS; \
   } while (0)
 
+/* Kept-buffer slots: routed W13, SF13, W2, SF2 (also the B / SFB of
+ * gemm_step), then the shared expert's (also those of dense_step). */
+enum { KEEP_W13 = 0, KEEP_SF13 = 1, KEEP_W2 = 2, KEEP_SF2 = 3, KEEP_SW13 = 4, KEEP_SSF13 = 5, KEEP_SW2 = 6, KEEP_SSF2 = 7 };
+
 /* One MoE layer through dsk_moe_run (random ids, zero weights): the FC1 and
  * FC2 lookups, and the shared expert's two dense ones. */
-static dsk_status moe_step(dsk_ctx *c, const envelope *e, tu_rng *r, int *lookups) {
+static dsk_status moe_step(server *s, const envelope *e, tu_rng *r, int *lookups) {
   const int64_t T = tu_int(r, 1, e->max_T), H = e->D, K = e->moe_topk;
-  void *mem[16];
-  int nm = 0;
+  *lookups += e->Is ? 4 : 2;
+  step_mem m = sm_begin(s);
   dsk_moe_desc d;
   memset(&d, 0, sizeof d);
   d.struct_size = sizeof d;
@@ -498,8 +675,9 @@ static dsk_status moe_step(dsk_ctx *c, const envelope *e, tu_rng *r, int *lookup
   d.E = e->E;
   d.E_local = e->E;
   d.topk = K;
-  int32_t *ids = (int32_t *)zalloc(mem, &nm, T * K * 4);
-  float *w = (float *)zalloc(mem, &nm, T * K * 4);
+  int32_t *ids = (int32_t *)sm_host(&m, T * K * 4);
+  float *w = (float *)sm_host(&m, T * K * 4);
+  if (!ids || !w) return sm_done(&m, m.st);
   for (int64_t t = 0; t < T; t++) {
     int64_t pm[DSK_MOE_MAX_EXPERTS];
     tu_permutation(r, pm, e->E);
@@ -508,48 +686,47 @@ static dsk_status moe_step(dsk_ctx *c, const envelope *e, tu_rng *r, int *lookup
       w[t * K + k] = (float)tu_uniform(r);
     }
   }
-  d.ids_in = ids;
-  d.weights_in = w;
-  d.x = (const dsk_bf16 *)zalloc(mem, &nm, T * H * 2);
+  d.ids_in = (const int32_t *)sm_put(&m, ids, T * K * 4);
+  d.weights_in = (const float *)sm_put(&m, w, T * K * 4);
+  d.x = (const dsk_bf16 *)sm_zero(&m, T * H * 2);
   d.x_stride = H;
-  d.y = (dsk_bf16 *)zalloc(mem, &nm, T * H * 2);
+  d.y = (dsk_bf16 *)sm_zero(&m, T * H * 2);
   d.y_stride = H;
   int64_t b[4];
   dsk_moe_weights_bytes(e->wfmt, e->E, H, e->Ir, b);
   d.routed.fmt = e->wfmt;
   d.routed.E = e->E;
   d.routed.I = e->Ir;
-  d.routed.w13 = zalloc(mem, &nm, b[0]);
-  d.routed.sf13 = (const int32_t *)zalloc(mem, &nm, b[1]);
-  d.routed.w2 = zalloc(mem, &nm, b[2]);
-  d.routed.sf2 = (const int32_t *)zalloc(mem, &nm, b[3]);
+  d.routed.w13 = sm_keep(&m, KEEP_W13, b[0]);
+  d.routed.sf13 = (const int32_t *)sm_keep(&m, KEEP_SF13, b[1]);
+  d.routed.w2 = sm_keep(&m, KEEP_W2, b[2]);
+  d.routed.sf2 = (const int32_t *)sm_keep(&m, KEEP_SF2, b[3]);
   if (e->Is) {
     dsk_moe_weights_bytes(DSK_MOE_W_FP8, 1, H, e->Is, b);
     d.shared.fmt = DSK_MOE_W_FP8;
     d.shared.E = 1;
     d.shared.I = e->Is;
-    d.shared.w13 = zalloc(mem, &nm, b[0]);
-    d.shared.sf13 = (const int32_t *)zalloc(mem, &nm, b[1]);
-    d.shared.w2 = zalloc(mem, &nm, b[2]);
-    d.shared.sf2 = (const int32_t *)zalloc(mem, &nm, b[3]);
+    d.shared.w13 = sm_keep(&m, KEEP_SW13, b[0]);
+    d.shared.sf13 = (const int32_t *)sm_keep(&m, KEEP_SSF13, b[1]);
+    d.shared.w2 = sm_keep(&m, KEEP_SW2, b[2]);
+    d.shared.sf2 = (const int32_t *)sm_keep(&m, KEEP_SSF2, b[3]);
   }
+  if (m.st != DSK_STATUS_OK) return sm_done(&m, m.st);
   dsk_plan_info pi;
   dsk_status st;
-  PLAN_TUNED(dsk_moe_plan(c, &d, &pi));
+  PLAN_TUNED(dsk_moe_plan(s->c, &d, &pi));
   if (st == DSK_STATUS_OK) {
-    d.workspace = zalloc(mem, &nm, pi.workspace_bytes);
+    d.workspace = sm_zero(&m, pi.workspace_bytes);
     d.workspace_bytes = pi.workspace_bytes;
-    st = dsk_moe_run(c, &d);
+    st = m.st != DSK_STATUS_OK ? m.st : dsk_moe_run(s->c, &d);
   }
-  *lookups += e->Is ? 4 : 2;
-  for (int i = 0; i < nm; i++) free(mem[i]);
-  return st;
+  return sm_done(&m, st);
 }
 
 /* A grouped GEMM called on its own (an engine with its own permute): the
  * descriptor has expected_m = T*topk but not topk; the lookup matches on
  * rows. m_indices all -1 (every block skipped). */
-static dsk_status gemm_step(dsk_ctx *c, const envelope *e, tu_rng *r, int *lookups) {
+static dsk_status gemm_step(server *s, const envelope *e, tu_rng *r, int *lookups) {
   const int64_t T = tu_int(r, 1, e->max_T), fc2 = tu_int(r, 0, 1);
   dsk_moe_align_desc ad;
   memset(&ad, 0, sizeof ad);
@@ -560,8 +737,8 @@ static dsk_status gemm_step(dsk_ctx *c, const envelope *e, tu_rng *r, int *looku
   int64_t msum = 0, au = 0;
   dsk_status st = dsk_moe_aligned_m(&ad, &msum, &au);
   if (st != DSK_STATUS_OK) return st;
-  void *mem[8];
-  int nm = 0;
+  *lookups += 1;
+  step_mem m = sm_begin(s);
   dsk_moe_gemm_desc g;
   memset(&g, 0, sizeof g);
   g.struct_size = sizeof g;
@@ -571,71 +748,79 @@ static dsk_status gemm_step(dsk_ctx *c, const envelope *e, tu_rng *r, int *looku
   g.E_local = e->E;
   g.A_used = au;
   g.expected_m = T * e->moe_topk;
-  g.A = (const uint8_t *)zalloc(mem, &nm, msum * g.K);
+  g.A = (const uint8_t *)sm_zero(&m, msum * g.K);
   g.A_stride = g.K;
-  g.sfa.words = (const int32_t *)zalloc(mem, &nm, dsk_sf_packed_words(1, msum, g.K / 128) * 4);
+  g.sfa.words = (const int32_t *)sm_zero(&m, dsk_sf_packed_words(1, msum, g.K / 128) * 4);
   g.sfa.groups = 1;
   g.sfa.mn = msum;
   g.sfa.sf_k = g.K / 128;
-  int32_t *mi = (int32_t *)zalloc(mem, &nm, msum * 4);
+  int32_t *mi = (int32_t *)sm_host(&m, msum * 4);
+  if (!mi) return sm_done(&m, m.st);
   for (int64_t i = 0; i < msum; i++) mi[i] = -1;
-  g.m_indices = mi;
+  g.m_indices = (const int32_t *)sm_put(&m, mi, msum * 4);
   g.b_fmt = e->wfmt;
   const int mx = e->wfmt == DSK_MOE_W_MXFP4;
-  g.B = zalloc(mem, &nm, e->E * g.N * (mx ? g.K / 2 : g.K));
-  g.sfb.words = (const int32_t *)zalloc(mem, &nm, dsk_sf_packed_words(e->E, g.N, mx ? g.K / 32 : g.K / 128) * 4);
+  g.B = sm_keep(&m, KEEP_W13, e->E * g.N * (mx ? g.K / 2 : g.K));
+  g.sfb.words = (const int32_t *)sm_keep(&m, KEEP_SF13, dsk_sf_packed_words(e->E, g.N, mx ? g.K / 32 : g.K / 128) * 4);
   g.sfb.groups = e->E;
   g.sfb.mn = g.N;
   g.sfb.sf_k = mx ? g.K / 32 : g.K / 128;
-  g.D = (dsk_bf16 *)zalloc(mem, &nm, msum * g.N * 2);
+  g.D = (dsk_bf16 *)sm_zero(&m, msum * g.N * 2);
   g.D_stride = g.N;
+  if (m.st != DSK_STATUS_OK) return sm_done(&m, m.st);
   dsk_plan_info pi;
-  PLAN_TUNED(dsk_moe_gemm_plan(c, &g, &pi));
-  if (st == DSK_STATUS_OK) st = dsk_moe_gemm(c, &g);
-  *lookups += 1;
-  for (int i = 0; i < nm; i++) free(mem[i]);
-  return st;
+  PLAN_TUNED(dsk_moe_gemm_plan(s->c, &g, &pi));
+  if (st == DSK_STATUS_OK) st = dsk_moe_gemm(s->c, &g);
+  return sm_done(&m, st);
 }
 
 /* A dense FP8 GEMM of the envelope: the shared expert or a dense MLP layer. */
-static dsk_status dense_step(dsk_ctx *c, const envelope *e, tu_rng *r, int *lookups) {
+static dsk_status dense_step(server *s, const envelope *e, tu_rng *r, int *lookups) {
   const int64_t T = tu_int(r, 1, e->max_T);
   int64_t I = e->Is;
   if (e->Id && (!I || tu_int(r, 0, 1))) I = e->Id;
   const int fc2 = (int)tu_int(r, 0, 1);
-  void *mem[8];
-  int nm = 0;
+  *lookups += 1;
+  step_mem m = sm_begin(s);
   dsk_dense_gemm_desc g;
   memset(&g, 0, sizeof g);
   g.struct_size = sizeof g;
   g.M = T;
   g.N = fc2 ? e->D : 2 * I;
   g.K = fc2 ? I : e->D;
-  g.A = (const uint8_t *)zalloc(mem, &nm, T * g.K);
+  g.A = (const uint8_t *)sm_zero(&m, T * g.K);
   g.A_stride = g.K;
-  g.sfa.words = (const int32_t *)zalloc(mem, &nm, dsk_sf_packed_words(1, T, g.K / 128) * 4);
+  g.sfa.words = (const int32_t *)sm_zero(&m, dsk_sf_packed_words(1, T, g.K / 128) * 4);
   g.sfa.groups = 1;
   g.sfa.mn = T;
   g.sfa.sf_k = g.K / 128;
-  g.B = (const uint8_t *)zalloc(mem, &nm, g.N * g.K);
-  g.sfb.words = (const int32_t *)zalloc(mem, &nm, dsk_sf_packed_words(1, g.N, g.K / 128) * 4);
+  g.B = (const uint8_t *)sm_keep(&m, KEEP_SW13, g.N * g.K);
+  g.sfb.words = (const int32_t *)sm_keep(&m, KEEP_SSF13, dsk_sf_packed_words(1, g.N, g.K / 128) * 4);
   g.sfb.groups = 1;
   g.sfb.mn = g.N;
   g.sfb.sf_k = g.K / 128;
-  g.D = (dsk_bf16 *)zalloc(mem, &nm, T * g.N * 2);
+  g.D = (dsk_bf16 *)sm_zero(&m, T * g.N * 2);
   g.D_stride = g.N;
+  if (m.st != DSK_STATUS_OK) return sm_done(&m, m.st);
   dsk_plan_info pi;
   dsk_status st;
-  PLAN_TUNED(dsk_dense_fp8_gemm_plan(c, &g, &pi));
-  if (st == DSK_STATUS_OK) st = dsk_dense_fp8_gemm(c, &g);
-  *lookups += 1;
-  for (int i = 0; i < nm; i++) free(mem[i]);
-  return st;
+  PLAN_TUNED(dsk_dense_fp8_gemm_plan(s->c, &g, &pi));
+  if (st == DSK_STATUS_OK) st = dsk_dense_fp8_gemm(s->c, &g);
+  return sm_done(&m, st);
 }
 
 /* Runs `steps` random steps (attention, mHC, MoE layers, grouped and dense
- * GEMMs of the envelope); every lookup must find a tuned entry. */
+ * GEMMs of the envelope) on c, with the context's memory (device memory on
+ * a GPU); every lookup must find a tuned entry. */
 static void serve(dsk_ctx *c, const envelope *e, int steps, uint64_t seed, const char *what) {
+  dsk_ctx_info info;
+  memset(&info, 0, sizeof info);
+  info.struct_size = sizeof info;
+  TU_CHECK_OK(&counts, dsk_ctx_get_info(c, &info));
+  server sv;
+  memset(&sv, 0, sizeof sv);
+  sv.c = c;
+  sv.dev = info.is_cuda;
   tu_rng r = tu_rng_make(seed);
   TU_CHECK_OK(&counts, dsk_autotune_reset_stats(c));
   int fails = 0, lookups = 0, kinds[5], nk = 0, done[5] = {0};
@@ -649,21 +834,22 @@ static void serve(dsk_ctx *c, const envelope *e, int steps, uint64_t seed, const
     dsk_status st;
     done[kind]++;
     if (kind == 1) {
-      st = mhc_step(c, e, &r);
+      st = mhc_step(&sv, e, &r);
       lookups++;
     } else if (kind == 2) {
-      st = moe_step(c, e, &r, &lookups);
+      st = moe_step(&sv, e, &r, &lookups);
     } else if (kind == 3) {
-      st = gemm_step(c, e, &r, &lookups);
+      st = gemm_step(&sv, e, &r, &lookups);
     } else if (kind == 4) {
-      st = dense_step(c, e, &r, &lookups);
+      st = dense_step(&sv, e, &r, &lookups);
     } else {
-      st = decode_step(c, e, &r);
+      st = decode_step(&sv, e, &r);
       lookups++;
     }
     if (st != DSK_STATUS_OK && fails++ < 3)
       fprintf(stderr, "%s step %d: %s: %s\n", what, i, dsk_status_name(st), dsk_last_error());
   }
+  server_free(&sv);
   dsk_tune_stats s;
   memset(&s, 0, sizeof s);
   s.struct_size = sizeof s;
@@ -806,6 +992,187 @@ static void test_serving(void) {
   if (system(cmd) != 0) fprintf(stderr, "note: could not remove %s\n", dir);
 }
 
+/* ------------------------------------------------ serving loop on a GPU */
+/* "name=<int>;" of a key, -1 when absent. */
+static int64_t key_field(const char *key, const char *name) {
+  char pat[24];
+  snprintf(pat, sizeof pat, ";%s=", name);
+  const char *p = strstr(key, pat);
+  return p ? atoll(p + strlen(pat)) : -1;
+}
+
+/* The A20 property with the full DSv4-Flash TP2 envelope of `dsk tune
+ * --model deepseek-v4-flash --tp 2 --max-tokens 256 --max-context 131072`
+ * (195 keys) on the GPU that DSK_TEST_DEVICE names: warmup from an empty
+ * cache folder (wall time printed), then random steps inside the envelope
+ * with every buffer in device memory and DSK_AUTOTUNE_REQUIRE_HIT=1: zero
+ * misses; then a second context (another process of the machine) warms up
+ * from the file and serves too. Skipped, at no cost, on the CPU. */
+static void serve_gpu_flash(dsk_ctx **pc, const dsk_ctx_opts *o, const dsk_ctx_info *info) {
+  dsk_ctx *c = *pc;
+  dsk_warmup_list *l = NULL;
+  dsk_model_desc m = model_init();
+  TU_CHECK_OK(&counts, dsk_model_desc_builtin("deepseek-v4-flash", &m));
+  dsk_serving_desc sv;
+  dsk_serving_desc_init(&sv);
+  sv.tp = 2;
+  sv.max_tokens = 256;
+  sv.max_context = 131072;
+  TU_CHECK_OK(&counts, dsk_warmup_enumerate(c, &m, &sv, &l));
+  if (!l) return;
+  const list_info li = inspect(l);
+  TU_CHECK(&counts, li.n == 195 && li.mla == 130 && li.mhc == 13 && li.moe == 26 && li.dense == 26 && li.H == 32 &&
+                        li.maxT == 256 && li.moe_E == 256 && li.dup == 0,
+           "GPU Flash TP2 131072/256: %lld keys (want 195: 130 + 13 + 26 + 26)", (long long)li.n);
+
+  /* The envelope from the model and the serving description, as the
+   * enumeration derives it (no EP: E_local = E; TP shards the heads and the
+   * intermediate sizes; serving page sizes 0 = 64, 64, 2; SWA width = the
+   * model's window). */
+  envelope e;
+  memset(&e, 0, sizeof e);
+  const int64_t tp = sv.tp;
+  e.fmt = m.kv_format;
+  e.H = m.num_heads / tp;
+  e.max_T = sv.max_tokens;
+  e.max_ctx = sv.max_context;
+  e.w_swa = m.sliding_window;
+  e.topk = m.index_topk;
+  e.pbs = 64;
+  e.pbs4 = 64;
+  e.pbs128 = 2;
+  for (int64_t i = 0; i < m.num_layers; i++) {
+    if (m.compress_ratio[i] == 0) e.has_swa = 1;
+    if (m.compress_ratio[i] == 4) e.has_c4a = 1;
+    if (m.compress_ratio[i] == 128) e.has_c128a = 1;
+  }
+  if (m.num_mtp_layers > 0) e.has_swa = 1;
+  e.has_mhc = m.hc_mult == DSK_MHC_STREAMS;
+  e.D = m.hidden_size;
+  e.E = m.n_routed_experts;
+  e.moe_topk = m.num_experts_per_tok;
+  e.Ir = m.moe_intermediate_size / tp;
+  e.Is = m.moe_intermediate_size * m.n_shared_experts / tp;
+  e.Id = m.first_k_dense > 0 ? m.dense_intermediate_size / tp : 0;
+  e.wfmt = m.kv_format == DSK_KV_FORMAT_B584 ? DSK_MOE_W_MXFP4 : DSK_MOE_W_FP8;
+  /* spec/models.md: DSv4-Flash per TP2 rank */
+  TU_CHECK(&counts, e.fmt == DSK_KV_FORMAT_B584 && e.H == 32 && e.w_swa == 128 && e.topk == 512 && e.has_swa &&
+                        e.has_c4a && e.has_c128a && e.has_mhc && e.D == 4096 && e.E == 256 && e.moe_topk == 6 &&
+                        e.Ir == 1024 && e.Is == 1024 && e.Id == 0 && e.wfmt == DSK_MOE_W_MXFP4,
+           "DSv4-Flash TP2 envelope: H %lld, D %lld, E %lld top-%lld, I %lld / shared %lld / dense %lld",
+           (long long)e.H, (long long)e.D, (long long)e.E, (long long)e.moe_topk, (long long)e.Ir, (long long)e.Is,
+           (long long)e.Id);
+  /* ... and every key of the list has the envelope's fields */
+  const int64_t cmax = ((e.max_ctx + 127) / 128 + 127) / 128 * 128;
+  int64_t bad = 0, c128_max = 0;
+  for (int64_t i = 0; i < li.n; i++) {
+    dsk_warmup_item it;
+    memset(&it, 0, sizeof it);
+    it.struct_size = sizeof it;
+    if (dsk_warmup_list_item(l, i, &it) != DSK_STATUS_OK) {
+      bad++;
+      continue;
+    }
+    const int64_t N = key_field(it.key, "N"), K = key_field(it.key, "K");
+    int ok = 0;
+    if (it.op == DSK_OP_SPARSE_MLA_DECODE) {
+      const int64_t w1 = key_field(it.key, "w1"), p1 = key_field(it.key, "pbs1");
+      ok = key_field(it.key, "H") == e.H && key_field(it.key, "w0") == e.w_swa && key_field(it.key, "pbs0") == e.pbs &&
+           ((w1 == 0 && p1 == 0) || (w1 == e.topk && p1 == e.pbs4) || (p1 == e.pbs128 && w1 >= 128 && w1 <= cmax));
+      if (p1 == e.pbs128 && w1 > c128_max) c128_max = w1;
+    } else if (it.op == DSK_OP_MHC_PRENORM) {
+      ok = key_field(it.key, "nD") == 4 * e.D;
+    } else if (it.op == DSK_OP_MOE_GEMM) {
+      ok = ((N == 2 * e.Ir && K == e.D) || (N == e.D && K == e.Ir)) && key_field(it.key, "E") == e.E &&
+           key_field(it.key, "topk") == e.moe_topk && strstr(it.key, ";fmt=mxfp4;") != NULL;
+    } else if (it.op == DSK_OP_MOE_DENSE_GEMM) {
+      ok = (N == 2 * e.Is && K == e.D) || (N == e.D && K == e.Is) ||
+           (e.Id && ((N == 2 * e.Id && K == e.D) || (N == e.D && K == e.Id)));
+    }
+    if (!ok) {
+      if (bad < 3) fprintf(stderr, "key outside the envelope: %s\n", it.key);
+      bad++;
+    }
+  }
+  TU_CHECK(&counts, bad == 0 && c128_max == cmax, "%lld keys outside the envelope; widest C128A key %lld (want %lld)",
+           (long long)bad, (long long)c128_max, (long long)cmax);
+
+  prog g;
+  memset(&g, 0, sizeof g);
+  double t0 = tu_now_us();
+  TU_CHECK_OK(&counts, dsk_warmup_run(c, l, 0, on_progress, &g));
+  printf("test_warmup: DSv4-Flash TP2 warmup (%lld keys, 256 tokens, context 131072) on %s (%s) from an empty cache "
+         "%.2f s: %lld tuned, %lld cached, %lld skipped\n",
+         (long long)li.n, info->device_name, info->backend, (tu_now_us() - t0) * 1e-6, (long long)g.tuned,
+         (long long)g.cached, (long long)g.skipped);
+  TU_CHECK(&counts, g.calls == li.n && g.tuned == li.n, "GPU warmup: %lld tuned of %lld (%lld skipped)",
+           (long long)g.tuned, (long long)li.n, (long long)g.skipped);
+  t0 = tu_now_us();
+  serve(c, &e, 250, 5, "DSv4-Flash TP2 on the GPU after warmup");
+  printf("test_warmup: 250 serving steps on the GPU %.2f s\n", (tu_now_us() - t0) * 1e-6);
+  dsk_ctx_destroy(*pc);
+
+  /* Another process of the machine: the full cache from the file. */
+  *pc = NULL;
+  dsk_status st = dsk_ctx_create(pc, o);
+  TU_CHECK(&counts, st == DSK_STATUS_OK, "second dsk_ctx_create(%s): %s", o->device, dsk_last_error());
+  dsk_ctx *c2 = *pc;
+  if (!c2) {
+    dsk_warmup_list_free(l);
+    return;
+  }
+  memset(&g, 0, sizeof g);
+  t0 = tu_now_us();
+  TU_CHECK_OK(&counts, dsk_warmup_run(c2, l, 0, on_progress, &g));
+  printf("test_warmup: DSv4-Flash TP2 warmup on the GPU with a full cache %.3f s\n", (tu_now_us() - t0) * 1e-6);
+  TU_CHECK(&counts, g.calls == li.n && g.cached == li.n, "GPU warmup from the file: %lld cached of %lld",
+           (long long)g.cached, (long long)li.n);
+  serve(c2, &e, 60, 6, "DSv4-Flash TP2 on the GPU, second process from the file");
+  dsk_warmup_list_free(l);
+}
+
+/* DSK_TEST_DEVICE names a GPU: serve_gpu_flash there, with a fresh cache
+ * folder; otherwise a line saying it was skipped. */
+static void test_serving_gpu(void) {
+  const char *dev = getenv("DSK_TEST_DEVICE");
+  if (!dev || !dev[0] || strcmp(dev, "cpu") == 0) {
+    printf("test_warmup: GPU serving loop skipped (DSK_TEST_DEVICE %s; cuda:N runs it)\n",
+           dev && dev[0] ? dev : "unset");
+    return;
+  }
+  char dir[] = "/tmp/dsk-warmup-gpu-XXXXXX";
+  if (!mkdtemp(dir)) {
+    TU_CHECK(&counts, 0, "mkdtemp");
+    return;
+  }
+  setenv("DSK_CACHE_DIR", dir, 1);
+  setenv("DSK_AUTOTUNE_REQUIRE_HIT", "1", 1);
+  unsetenv("DSK_AUTOTUNE_L2"); /* the tuner's defaults, as `dsk tune` */
+  unsetenv("DSK_AUTOTUNE_CACHE");
+  unsetenv("DSK_AUTOTUNE_MAX_MB");
+  dsk_ctx_opts o;
+  dsk_ctx_opts_init(&o);
+  o.device = dev;
+  dsk_ctx *c = NULL;
+  dsk_ctx_info info;
+  memset(&info, 0, sizeof info);
+  info.struct_size = sizeof info;
+  dsk_status st = dsk_ctx_create(&c, &o);
+  TU_CHECK(&counts, st == DSK_STATUS_OK, "dsk_ctx_create(%s): %s: %s", dev, dsk_status_name(st), dsk_last_error());
+  if (c) TU_CHECK_OK(&counts, dsk_ctx_get_info(c, &info));
+  if (c && !info.is_cuda)
+    printf("test_warmup: GPU serving loop skipped (DSK_TEST_DEVICE %s is backend %s, not a GPU)\n", dev,
+           info.backend);
+  else if (c)
+    serve_gpu_flash(&c, &o, &info);
+  dsk_ctx_destroy(c);
+  unsetenv("DSK_AUTOTUNE_REQUIRE_HIT");
+  unsetenv("DSK_CACHE_DIR");
+  char cmd[200];
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+  if (system(cmd) != 0) fprintf(stderr, "note: could not remove %s\n", dir);
+}
+
 int main(void) {
   /* Never the user's cache: HOME points at a folder of this run. */
   char home[] = "/tmp/dsk-warmup-home-XXXXXX";
@@ -824,6 +1191,7 @@ int main(void) {
   if (c) test_enumerate(c);
   dsk_ctx_destroy(c);
   test_serving();
+  test_serving_gpu();
   char cmd[200];
   snprintf(cmd, sizeof cmd, "rm -rf '%s'", home);
   if (system(cmd) != 0) fprintf(stderr, "note: could not remove %s\n", home);
