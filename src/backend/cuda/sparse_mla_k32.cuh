@@ -277,70 +277,7 @@ __global__ void __launch_bounds__(DSK_MLA32_THREADS, 1) sparse_mla_k32_kernel(co
 
     /* ---- 3. softmax (identical in the 4 warps of a head tile) */
     float pv[2][2][2][2]; /* [ks][hi][row][pair] */
-    {
-      float sc[2][2][2][2];
-      float mx0 = kNegInf, mx1 = kNegInf;
-#pragma unroll
-      for (int ks = 0; ks < 2; ks++)
-#pragma unroll
-        for (int hi = 0; hi < 2; hi++) {
-          const int cc = ks * 16 + hi * 8 + 2 * q4;
-          float2 s0 = make_float2(0.f, 0.f), s1 = make_float2(0.f, 0.f);
-#pragma unroll
-          for (int w = 0; w < 4; w++) {
-            const float *Sw = Ps + (mg * 4 + w) * 16 * PST;
-            const float2 x0 = *reinterpret_cast<const float2 *>(Sw + g * PST + cc);
-            const float2 x1 = *reinterpret_cast<const float2 *>(Sw + (g + 8) * PST + cc);
-            s0.x += x0.x;
-            s0.y += x0.y;
-            s1.x += x1.x;
-            s1.y += x1.y;
-          }
-          const bool v0 = valid[st * kSub + cc] != 0, v1 = valid[st * kSub + cc + 1] != 0;
-          sc[ks][hi][0][0] = v0 ? s0.x * p.scale_log2 : kNegInf;
-          sc[ks][hi][0][1] = v1 ? s0.y * p.scale_log2 : kNegInf;
-          sc[ks][hi][1][0] = v0 ? s1.x * p.scale_log2 : kNegInf;
-          sc[ks][hi][1][1] = v1 ? s1.y * p.scale_log2 : kNegInf;
-          mx0 = fmaxf(mx0, fmaxf(sc[ks][hi][0][0], sc[ks][hi][0][1]));
-          mx1 = fmaxf(mx1, fmaxf(sc[ks][hi][1][0], sc[ks][hi][1][1]));
-        }
-#pragma unroll
-      for (int o = 1; o <= 2; o <<= 1) {
-        mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, o));
-        mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, o));
-      }
-      const float mn[2] = {fmaxf(m2[0], mx0), fmaxf(m2[1], mx1)};
-      float al[2];
-#pragma unroll
-      for (int r = 0; r < 2; r++) {
-        al[r] = mn[r] == kNegInf ? 1.f : fast_exp2(m2[r] - mn[r]);
-        m2[r] = mn[r];
-        lsum[r] *= al[r];
-      }
-#pragma unroll
-      for (int ks = 0; ks < 2; ks++)
-#pragma unroll
-        for (int hi = 0; hi < 2; hi++)
-#pragma unroll
-          for (int r = 0; r < 2; r++)
-#pragma unroll
-            for (int e = 0; e < 2; e++) {
-              const float x = sc[ks][hi][r][e];
-              const float pr = x == kNegInf ? 0.f : fast_exp2(x - mn[r]);
-              pv[ks][hi][r][e] = pr;
-              lsum[r] += pr;
-            }
-      if (!__all_sync(0xffffffffu, al[0] == 1.f && al[1] == 1.f))
-#pragma unroll
-        for (int hh = 0; hh < 2; hh++)
-#pragma unroll
-          for (int j = 0; j < 8; j++) {
-            acc[hh][j][0] *= al[0];
-            acc[hh][j][1] *= al[0];
-            acc[hh][j][2] *= al[1];
-            acc[hh][j][3] *= al[1];
-          }
-    }
+    stage_softmax(Ps + mg * 4 * 16 * PST, valid + st * kSub, p.scale_log2, g, q4, m2, lsum, acc, pv);
 
     /* ---- 4. PV: output dims 128 dq .. + 127, two 64-dim halves */
 #pragma unroll
