@@ -88,6 +88,155 @@ __device__ __forceinline__ int64_t seg_len(const Seg &sg, int64_t t) {
   return l < 0 ? 0 : (l > sg.width ? sg.width : l);
 }
 
+/* The candidates of one CTA: the valid prefix of each segment in row t and
+ * this split's active 32-candidate stages (segment 0: [b0, b0 + n0),
+ * segment 1: [b1, b1 + n - n0)). Counts the row's clamped lens once. */
+struct StageRange {
+  int64_t L0, L1, b0, b1;
+  int n0, n;
+};
+__device__ __forceinline__ StageRange stage_range(const Params &p, int64_t t, int split, bool counting, int tid) {
+  StageRange r;
+  r.L0 = seg_len(p.seg[0], t);
+  r.L1 = p.nseg > 1 ? seg_len(p.seg[1], t) : 0;
+  if (counting && split == 0 && tid == 0) {
+    unsigned long long clamped = 0;
+    for (int s = 0; s < p.nseg; s++)
+      if (p.seg[s].lens) {
+        int64_t l = p.seg[s].lens[t];
+        clamped += (l < 0 || l > p.seg[s].width);
+      }
+    if (clamped) atomicAdd(&p.counters[1], clamped);
+  }
+  const int c0 = split * p.cpb, c1 = min(c0 + p.cpb, p.nch);
+  r.b0 = 2 * (int64_t)c0;
+  const int64_t e0 = min((int64_t)2 * min(c1, p.nch0), (r.L0 + kSub - 1) / kSub);
+  r.b1 = 2 * (int64_t)max(c0 - p.nch0, 0);
+  const int64_t e1 = min((int64_t)2 * max(c1 - p.nch0, 0), (r.L1 + kSub - 1) / kSub);
+  r.n0 = (int)max(e0 - r.b0, (int64_t)0);
+  r.n = r.n0 + (int)max(e1 - r.b1, (int64_t)0);
+  return r;
+}
+
+/* Slot id of candidate c of stage i, or -1 past the valid prefix. */
+__device__ __forceinline__ int32_t stage_slot(const Params &p, const StageRange &r, int64_t t, int i, int c) {
+  if (i >= r.n) return -1;
+  const bool s1 = i >= r.n0;
+  const int64_t k = (s1 ? r.b1 + (i - r.n0) : r.b0 + i) * kSub + c;
+  if (k >= (s1 ? r.L1 : r.L0)) return -1;
+  const int32_t *slots = s1 ? p.seg[1].slots : p.seg[0].slots;
+  const int64_t sst = s1 ? p.seg[1].slots_st : p.seg[0].slots_st;
+  return __ldg(slots + t * sst + k);
+}
+
+/* Copies candidate c of stage i (slot `slot`) into its staged record `dst`
+ * with cp.async, TPC threads per candidate (this thread is `part`); an
+ * invalid candidate is zero filled and never read. The part-0 thread writes
+ * the candidate's valid flag and counts an out-of-range slot. */
+template <int F, int TPC>
+__device__ __forceinline__ void stage_issue(const Params &p, const StageRange &r, int i, int c, int part,
+                                            int32_t slot, bool counting, uint8_t *dst, int32_t *valid_flag) {
+  using C = Fmt<F>;
+  const bool s1 = i >= r.n0; /* fields picked by value: no dynamic indexing of the parameters */
+  const int64_t k = (s1 ? r.b1 + (i - r.n0) : r.b0 + i) * kSub + c;
+  const uint8_t *sbase = s1 ? p.seg[1].base : p.seg[0].base;
+  bool ok = false;
+  const uint8_t *src = sbase, *foot = sbase;
+  if (k < (s1 ? r.L1 : r.L0)) {
+    const int64_t cap = s1 ? p.seg[1].cap : p.seg[0].cap;
+    ok = slot >= 0 && (int64_t)slot < cap;
+    if (!ok && slot >= 0 && counting && part == 0) atomicAdd(&p.counters[0], 1ull);
+    if (ok) {
+      const int64_t pst = s1 ? p.seg[1].page_stride : p.seg[0].page_stride;
+      const uint32_t pb32 = s1 ? p.seg[1].pbs32 : p.seg[0].pbs32, pgu = (uint32_t)slot / pb32;
+      const int64_t j = (int64_t)((uint32_t)slot - pgu * pb32);
+      const uint8_t *page = sbase + (int64_t)pgu * pst;
+      if (F == 1) {
+        src = page + 656 * j;
+      } else {
+        const int64_t pbs = s1 ? p.seg[1].pbs : p.seg[0].pbs;
+        src = page + 576 * j;
+        foot = page + 576 * pbs + 8 * j;
+      }
+    }
+  }
+  for (int pc = part; pc < C::PIECES; pc += TPC) cp_async16(dst + pc * 16, src + pc * 16, ok);
+  if (F == 2 && part == 0) cp_async8(dst + 576, foot, ok);
+  if (part == 0) *valid_flag = ok;
+}
+
+/* Stages four query heads (h_first .. h_first + 3; heads >= H read as zero)
+ * for the MMAs, one warp: nope dims as f16 pre-scaled by 2^-shift, with the
+ * shift chosen per head from its largest |q| so the f16 values stay below
+ * 2^15 (exact power of two), rope dims as the raw bf16. Row r goes to
+ * nope + r * nope_bytes and rope + r * rope_bytes; lane 0 writes 2^shift to
+ * qscale[r]. All loads of the four rows are issued before any is used. */
+template <int F>
+__device__ __forceinline__ void stage_q4(const Params &p, int64_t t, int h_first, int lane, uint8_t *nope,
+                                         int nope_bytes, uint8_t *rope, int rope_bytes, float *qscale) {
+  using C = Fmt<F>;
+  uint4 qv[4][2], rv[4];
+#pragma unroll
+  for (int r = 0; r < 4; r++) {
+    const int h = h_first + r;
+    const bool live = h < p.H;
+    const uint16_t *qrow = p.q + t * p.q_st + (int64_t)(live ? h : 0) * p.q_sh;
+#pragma unroll
+    for (int k = 0; k < 2; k++) {
+      const int d = lane * 8 + 256 * k;
+      qv[r][k] = (live && d < C::NOPE) ? *reinterpret_cast<const uint4 *>(qrow + d) : make_uint4(0, 0, 0, 0);
+    }
+    rv[r] = (live && lane < 8) ? *reinterpret_cast<const uint4 *>(qrow + C::NOPE + lane * 8) : make_uint4(0, 0, 0, 0);
+  }
+#pragma unroll
+  for (int r = 0; r < 4; r++) {
+    float mx = 0.f;
+#pragma unroll
+    for (int k = 0; k < 2; k++) {
+      const uint32_t w[4] = {qv[r][k].x, qv[r][k].y, qv[r][k].z, qv[r][k].w};
+#pragma unroll
+      for (int e = 0; e < 4; e++)
+        mx = fmaxf(mx, fmaxf(fabsf(bf16_bits_to_f32(w[e] & 0xffff)), fabsf(bf16_bits_to_f32(w[e] >> 16))));
+    }
+    mx = warp_max(mx);
+    const int ex = (int)((__float_as_uint(mx) >> 23) & 0xff) - 127;
+    int shift = ex - 14 > 0 ? ex - 14 : 0;
+    if (shift > 125) shift = 125;
+    const float inv = __uint_as_float((uint32_t)(127 - shift) << 23);
+    if (lane == 0) qscale[r] = __uint_as_float((uint32_t)(127 + shift) << 23);
+#pragma unroll
+    for (int k = 0; k < 2; k++) {
+      const int d = lane * 8 + 256 * k;
+      if (d >= C::NOPE) continue;
+      const uint32_t w[4] = {qv[r][k].x, qv[r][k].y, qv[r][k].z, qv[r][k].w};
+      uint32_t o[4];
+#pragma unroll
+      for (int e = 0; e < 4; e++)
+        o[e] = pack_f16(bf16_bits_to_f32(w[e] & 0xffff) * inv, bf16_bits_to_f32(w[e] >> 16) * inv);
+      *reinterpret_cast<uint4 *>(nope + r * nope_bytes + 2 * d) = make_uint4(o[0], o[1], o[2], o[3]);
+    }
+    if (lane < 8) *reinterpret_cast<uint4 *>(rope + r * rope_bytes + 16 * lane) = rv[r];
+  }
+}
+
+/* The V-scale fold of PV (one 64-dim half): R is the half's running maximum
+ * tile scale; s_lane is the scale of candidate `lane` of this stage. Raises
+ * R to the stage's maximum, rescales the half's accumulators by old R / new
+ * R when it grew, and returns 1 / R (0 while every scale is 0), so that the
+ * PV A operand P * scale / R stays in [0, 1]. */
+__device__ __forceinline__ float fold_v_scale(float &R, float s_lane, float (&acc)[8][4]) {
+  const float rnew = fmaxf(R, warp_max(s_lane));
+  const float keep = rnew > 0.f ? R / rnew : 0.f;
+  R = rnew;
+  if (keep != 1.f) {
+#pragma unroll
+    for (int j = 0; j < 8; j++)
+#pragma unroll
+      for (int e = 0; e < 4; e++) acc[j][e] *= keep;
+  }
+  return rnew > 0.f ? 1.f / rnew : 0.f;
+}
+
 /* One stage's online softmax, shared by both kernels and computed by every
  * warp of a head tile for the 16 (row, candidate) pairs each thread needs as
  * its PV A fragments: rows g, g+8 and candidates 16*ks + 8*hi + 2*q4 + {0,1}.

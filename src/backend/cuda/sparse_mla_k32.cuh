@@ -48,118 +48,23 @@ __global__ void __launch_bounds__(DSK_MLA32_THREADS, 1) sparse_mla_k32_kernel(co
   const bool counting = p.counters && hg == 0;
   asm volatile("griddepcontrol.launch_dependents;\n" ::);
 
-  int64_t L0 = seg_len(p.seg[0], t), L1 = p.nseg > 1 ? seg_len(p.seg[1], t) : 0;
-  if (counting && split == 0 && tid == 0) {
-    unsigned long long clamped = 0;
-    for (int s = 0; s < p.nseg; s++)
-      if (p.seg[s].lens) {
-        int64_t l = p.seg[s].lens[t];
-        clamped += (l < 0 || l > p.seg[s].width);
-      }
-    if (clamped) atomicAdd(&p.counters[1], clamped);
-  }
-  const int c0 = split * p.cpb, c1 = min(c0 + p.cpb, p.nch);
-  const int64_t b0 = 2 * (int64_t)c0, e0 = min((int64_t)2 * min(c1, p.nch0), (L0 + kSub - 1) / kSub);
-  const int64_t b1 = 2 * (int64_t)max(c0 - p.nch0, 0), e1 = min((int64_t)2 * max(c1 - p.nch0, 0), (L1 + kSub - 1) / kSub);
-  const int n0 = (int)max(e0 - b0, (int64_t)0), n1 = (int)max(e1 - b1, (int64_t)0), n = n0 + n1;
+  const StageRange sr = stage_range(p, t, split, counting, tid);
+  const int n = sr.n;
 
   /* ---- stage issue: 8 threads per candidate (c = tid / 8) */
-  auto load_slot = [&](int i) -> int32_t {
-    if (i >= n) return -1;
-    const bool s1 = i >= n0;
-    const int64_t k = (s1 ? b1 + (i - n0) : b0 + i) * kSub + (tid >> 3);
-    if (k >= (s1 ? L1 : L0)) return -1;
-    const int32_t *slots = s1 ? p.seg[1].slots : p.seg[0].slots;
-    const int64_t sst = s1 ? p.seg[1].slots_st : p.seg[0].slots_st;
-    return __ldg(slots + t * sst + k);
-  };
+  auto load_slot = [&](int i) -> int32_t { return stage_slot(p, sr, t, i, tid >> 3); };
   auto issue = [&](int i, int32_t slot) {
-    const int sb = i & 1;
-    const bool s1 = i >= n0;
-    const int64_t k0 = (s1 ? b1 + (i - n0) : b0 + i) * kSub;
-    const int64_t L = s1 ? L1 : L0;
-    const uint8_t *sbase = s1 ? p.seg[1].base : p.seg[0].base;
-    const int c = tid >> 3, part = tid & 7;
-    const int64_t k = k0 + c;
-    bool ok = false;
-    const uint8_t *src = sbase, *foot = sbase;
-    if (k < L) {
-      const int64_t cap = s1 ? p.seg[1].cap : p.seg[0].cap;
-      ok = slot >= 0 && (int64_t)slot < cap;
-      if (!ok && slot >= 0 && counting && part == 0) atomicAdd(&p.counters[0], 1ull);
-      if (ok) {
-        const int64_t pst = s1 ? p.seg[1].page_stride : p.seg[0].page_stride;
-        const uint32_t pb32 = s1 ? p.seg[1].pbs32 : p.seg[0].pbs32, pgu = (uint32_t)slot / pb32;
-        const int64_t j = (int64_t)((uint32_t)slot - pgu * pb32);
-        const uint8_t *page = sbase + (int64_t)pgu * pst;
-        if (F == 1) {
-          src = page + 656 * j;
-        } else {
-          const int64_t pbs = s1 ? p.seg[1].pbs : p.seg[0].pbs;
-          src = page + 576 * j;
-          foot = page + 576 * pbs + 8 * j;
-        }
-      }
-    }
-    uint8_t *dst = raw + (sb * kSub + c) * C::SREC;
-    for (int pc = part; pc < C::PIECES; pc += 8) cp_async16(dst + pc * 16, src + pc * 16, ok);
-    if (F == 2 && part == 0) cp_async8(dst + 576, foot, ok);
-    if (part == 0) valid[sb * kSub + c] = ok;
+    const int sb = i & 1, c = tid >> 3;
+    stage_issue<F, 8>(p, sr, i, c, tid & 7, slot, counting, raw + (sb * kSub + c) * C::SREC, valid + sb * kSub + c);
   };
 
   /* ---- prologue: stage 0 in flight, then Q */
   if (n > 0) issue(0, load_slot(0));
   cp_async_commit();
   int32_t next_slot = load_slot(1);
-  {
-    /* warp w stages heads 4w .. 4w+3: nope as f16 pre-scaled by 2^-shift
-     * (shift from the head's largest |q|, as in the 16-head kernel), rope
-     * as bf16 */
-    uint4 qv[4][2], rv[4];
-#pragma unroll
-    for (int r = 0; r < 4; r++) {
-      const int h = h0 + warp * 4 + r;
-      const bool live = h < p.H;
-      const uint16_t *qrow = p.q + t * p.q_st + (int64_t)(live ? h : 0) * p.q_sh;
-#pragma unroll
-      for (int k = 0; k < 2; k++) {
-        const int d = lane * 8 + 256 * k;
-        qv[r][k] = (live && d < C::NOPE) ? *reinterpret_cast<const uint4 *>(qrow + d) : make_uint4(0, 0, 0, 0);
-      }
-      rv[r] = (live && lane < 8) ? *reinterpret_cast<const uint4 *>(qrow + C::NOPE + lane * 8) : make_uint4(0, 0, 0, 0);
-    }
-#pragma unroll
-    for (int r = 0; r < 4; r++) {
-      const int row = warp * 4 + r;
-      float mx = 0.f;
-#pragma unroll
-      for (int k = 0; k < 2; k++) {
-        const uint32_t w[4] = {qv[r][k].x, qv[r][k].y, qv[r][k].z, qv[r][k].w};
-#pragma unroll
-        for (int e = 0; e < 4; e++)
-          mx = fmaxf(mx, fmaxf(fabsf(bf16_bits_to_f32(w[e] & 0xffff)), fabsf(bf16_bits_to_f32(w[e] >> 16))));
-      }
-      mx = warp_max(mx);
-      const int ex = (int)((__float_as_uint(mx) >> 23) & 0xff) - 127;
-      int shift = ex - 14 > 0 ? ex - 14 : 0;
-      if (shift > 125) shift = 125;
-      const float inv = __uint_as_float((uint32_t)(127 - shift) << 23);
-      if (lane == 0) qscale[row] = __uint_as_float((uint32_t)(127 + shift) << 23);
-      uint8_t *qrow_s = qst + row * QSTS;
-#pragma unroll
-      for (int k = 0; k < 2; k++) {
-        const int d = lane * 8 + 256 * k;
-        if (d >= C::NOPE) continue;
-        const uint32_t w[4] = {qv[r][k].x, qv[r][k].y, qv[r][k].z, qv[r][k].w};
-        uint32_t o[4];
-#pragma unroll
-        for (int e = 0; e < 4; e++)
-          o[e] = pack_f16(bf16_bits_to_f32(w[e] & 0xffff) * inv, bf16_bits_to_f32(w[e] >> 16) * inv);
-        *reinterpret_cast<uint4 *>(qrow_s + 2 * d) = make_uint4(o[0], o[1], o[2], o[3]);
-      }
-      if (lane < 8) *reinterpret_cast<uint4 *>(qrow_s + 2 * (C::NOPE + lane * 8)) = rv[r];
-    }
-  }
+  /* warp w stages heads 4w .. 4w+3 as rows of the Q staging area */
+  stage_q4<F>(p, t, h0 + warp * 4, lane, qst + warp * 4 * QSTS, QSTS, qst + warp * 4 * QSTS + 2 * C::NOPE, QSTS,
+              qscale + warp * 4);
   __syncthreads(); /* Q staged */
   /* Q A fragments of this warp: k-step ks covers staged columns col(ks) ..
    * col(ks) + 15 (A: nope 128 dq + 16 ks, rope k-step 8 at 512 + 16 dq;
@@ -286,19 +191,7 @@ __global__ void __launch_bounds__(DSK_MLA32_THREADS, 1) sparse_mla_k32_kernel(co
       const bool rope_half = b_rope_warp && hh == 1;
       const int tile = F == 1 ? dq : 2 * dq + hh;
       float inv = 1.f;
-      if (!rope_half) {
-        const float s_lane = tile_scale<F>(kb + lane * C::SREC, tile); /* candidate `lane` */
-        const float rnew = fmaxf(R[hh], warp_max(s_lane));
-        const float keep = rnew > 0.f ? R[hh] / rnew : 0.f;
-        inv = rnew > 0.f ? 1.f / rnew : 0.f;
-        R[hh] = rnew;
-        if (keep != 1.f) {
-#pragma unroll
-          for (int j = 0; j < 8; j++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) acc[hh][j][e] *= keep;
-        }
-      }
+      if (!rope_half) inv = fold_v_scale(R[hh], tile_scale<F>(kb + lane * C::SREC, tile), acc[hh]);
 #pragma unroll
       for (int ks = 0; ks < 2; ks++) {
         const int ca = ks * 16 + 2 * q4; /* A columns: candidates ca, ca+1, ca+8, ca+9 */
