@@ -5,6 +5,7 @@
 
 #include <cuda_runtime.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "cuda_internal.h"
 
@@ -34,5 +35,26 @@ static inline const dsk_cuda_state *dsk__cuda_state(const dsk_ctx *ctx) {
 }
 
 static inline unsigned dsk__ceil_div_u(int64_t a, int64_t b) { return (unsigned)((a + b - 1) / b); }
+
+/* A kernel launch with programmatic stream serialization (programmatic
+ * dependent launch, sm_90 and sm_120): the kernel may start while the
+ * previous one on the stream finishes; it must execute griddepcontrol.wait
+ * before reading anything that kernel wrote. */
+template <typename... KArgs, typename... Args>
+static inline cudaError_t dsk__launch_pdl(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem,
+                                          cudaStream_t st, Args... args) {
+  cudaLaunchConfig_t cfg;
+  memset(&cfg, 0, sizeof cfg);
+  cfg.gridDim = grid;
+  cfg.blockDim = block;
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = st;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  return cudaLaunchKernelEx(&cfg, kernel, args...);
+}
 
 #endif

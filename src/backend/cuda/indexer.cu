@@ -1306,17 +1306,6 @@ extern "C" dsk_status dsk__cuda_topk(dsk_ctx *ctx, const dsk__topk_args *a) {
                                             (int)kTkOffStart));
   topk_slice_kernel<<<dim3((unsigned)p.P, (unsigned)a->T), kKT, (size_t)kTkOffStart, s>>>(p);
   DSK_CUDA_LAUNCHED("topk");
-  cudaLaunchConfig_t cfg;
-  memset(&cfg, 0, sizeof cfg);
-  cfg.gridDim = dim3((unsigned)grid);
-  cfg.blockDim = dim3(kKT);
-  cfg.dynamicSmemBytes = (size_t)kTkSmem;
-  cfg.stream = s;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = 1;
-  DSK_CUDA_TRY("topk", cudaLaunchKernelEx(&cfg, topk_kernel, p));
+  DSK_CUDA_TRY("topk", dsk__launch_pdl(topk_kernel, dim3((unsigned)grid), dim3(kKT), (size_t)kTkSmem, s, p));
   return DSK_STATUS_OK;
 }

@@ -663,23 +663,6 @@ __global__ void __launch_bounds__(kPostThreads) mhc_post_kernel(const uint16_t *
 }
 
 /* ------------------------------------------------------------ launchers */
-/* A launch with programmatic stream serialization (see the file comment). */
-template <typename... KArgs, typename... Args>
-cudaError_t launch_pdl(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t st,
-                       Args... args) {
-  cudaLaunchConfig_t cfg;
-  memset(&cfg, 0, sizeof cfg);
-  cfg.gridDim = grid;
-  cfg.blockDim = block;
-  cfg.dynamicSmemBytes = smem;
-  cfg.stream = st;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = 1;
-  return cudaLaunchKernelEx(&cfg, kernel, args...);
-}
 
 /* Dynamic shared memory above the default 48 KB needs the opt-in attribute
  * (a host-side call, allowed while a stream captures). */
@@ -722,7 +705,7 @@ cudaError_t launch_project_cfg(bool tf32, cudaStream_t st, const ProjParams &pp,
                                         : mhc_project_kernel<NOUT, TW, WG, WT, NSTG, false>;
   cudaError_t e = smem_optin(kern, Sh::SMEM);
   if (e != cudaSuccess) return e;
-  return launch_pdl(kern, grid, dim3(Sh::NT), (size_t)Sh::SMEM, st, pp);
+  return dsk__launch_pdl(kern, grid, dim3(Sh::NT), (size_t)Sh::SMEM, st, pp);
 }
 
 template <int NOUT>
@@ -756,7 +739,7 @@ cudaError_t launch_finish_pf(cudaStream_t st, const FinishParams &p) {
   void (*kern)(const FinishParams) = mhc_finish_kernel<NOUT, NORM, PF>;
   cudaError_t e = smem_optin(kern, smem + (int64_t)sizeof(FinishSmem<NOUT>));
   if (e != cudaSuccess) return e;
-  return launch_pdl(kern, dim3((unsigned)p.T), dim3(kFinishThreads), (size_t)smem, st, p);
+  return dsk__launch_pdl(kern, dim3((unsigned)p.T), dim3(kFinishThreads), (size_t)smem, st, p);
 }
 
 template <int NOUT, bool NORM>
@@ -818,7 +801,7 @@ extern "C" dsk_status dsk__cuda_mhc_post(dsk_ctx *ctx, const dsk_mhc_post_desc *
   DSK_CUDA_TRY("mhc_post", cudaSetDevice(dsk__cuda_state(ctx)->device));
   cudaStream_t st = dsk__cuda_stream(ctx, d->stream);
   const dim3 grid((unsigned)d->T, dsk__ceil_div_u(d->D / 8, kPostThreads));
-  DSK_CUDA_TRY("mhc_post", launch_pdl(mhc_post_kernel, grid, dim3(kPostThreads), 0, st, (const uint16_t *)d->out,
+  DSK_CUDA_TRY("mhc_post", dsk__launch_pdl(mhc_post_kernel, grid, dim3(kPostThreads), 0, st, (const uint16_t *)d->out,
                                       d->out_stride, (const uint16_t *)d->R, d->R_stride, d->post, d->C,
                                       (uint16_t *)d->R_out, d->R_out_stride, d->D));
   return DSK_STATUS_OK;

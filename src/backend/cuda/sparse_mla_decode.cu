@@ -153,17 +153,8 @@ dsk_status launch(dsk_ctx *ctx, const dsk_sparse_mla_desc *d, const dsk_tactic *
     if (d->T * d->H > 2147483647LL) return dsk__fail(DSK_STATUS_UNSUPPORTED, "sparse_mla_decode: T*H too large");
     /* programmatic dependent launch: the combine's launch overlaps the
      * split kernel's tail (sm_90 and sm_120 both have it) */
-    cudaLaunchConfig_t cfg;
-    memset(&cfg, 0, sizeof cfg);
-    cfg.gridDim = dim3((unsigned)(d->T * d->H));
-    cfg.blockDim = dim3(128);
-    cfg.stream = s;
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[0].val.programmaticStreamSerializationAllowed = 1;
-    cfg.attrs = attr;
-    cfg.numAttrs = 1;
-    DSK_CUDA_TRY("sparse_mla_decode (combine)", cudaLaunchKernelEx(&cfg, sparse_mla_combine_kernel, p));
+    DSK_CUDA_TRY("sparse_mla_decode (combine)",
+                 dsk__launch_pdl(sparse_mla_combine_kernel, dim3((unsigned)(d->T * d->H)), dim3(128), 0, s, p));
   }
   return DSK_STATUS_OK;
 }
