@@ -187,15 +187,7 @@ int dsk_bench_indexer(dsk_ctx *ctx, const dsk_bench_indexer_opts *o, FILE *out) 
   if (num_pages < (need_entries + IDX_PBS - 1) / IDX_PBS + 1) num_pages = (need_entries + IDX_PBS - 1) / IDX_PBS + 1;
 
   double copy_gbps = 0;
-  const size_t copy_bytes = info.is_cuda ? ((size_t)1 << 30) : o->quick ? ((size_t)32 << 20) : ((size_t)256 << 20);
-  if (dsk_bench_copy_bandwidth(ctx, copy_bytes, &copy_gbps) != DSK_STATUS_OK) {
-    fprintf(stderr, "bench: copy bandwidth: %s\n", dsk_last_error());
-    return 1;
-  }
-  fprintf(out, "# dsk %s bench indexer; backend %s; device %s; %d SMs; L2 %lld B; copy %.0f GB/s (read+write, %zu MiB); L2 %s; "
-          "device events around each call, a spin kernel ahead so host enqueue time is not counted\n",
-          dsk_version(), info.backend, info.device_name, info.sm_count, (long long)info.l2_bytes, copy_gbps,
-          copy_bytes >> 20, o->warm ? "warm" : "flushed");
+  if (dsk__bench_preamble(ctx, &info, "indexer", o->quick, o->warm, out, &copy_gbps) != 0) return 1;
   fprintf(out, "# key pool %lld MiB (IDXK132, 64 entries/page, random page order); %d query row%s per request, each "
           "request with the full context; bytes: logits/fused = distinct key bytes (132 per entry), topk = scores "
           "read + indices written\n",

@@ -251,15 +251,7 @@ int dsk_bench_mhc(dsk_ctx *ctx, const dsk_bench_mhc_opts *o, FILE *out) {
     }
   }
   double copy_gbps = 0;
-  const size_t copy_bytes = info.is_cuda ? ((size_t)1 << 30) : o->quick ? ((size_t)32 << 20) : ((size_t)256 << 20);
-  if (dsk_bench_copy_bandwidth(ctx, copy_bytes, &copy_gbps) != DSK_STATUS_OK) {
-    fprintf(stderr, "bench: copy bandwidth: %s\n", dsk_last_error());
-    return 1;
-  }
-  fprintf(out, "# dsk %s bench mhc; backend %s; device %s; %d SMs; L2 %lld B; copy %.0f GB/s (read+write, %zu MiB); L2 %s; "
-          "device events around each call, a spin kernel ahead so host enqueue time is not counted\n",
-          dsk_version(), info.backend, info.device_name, info.sm_count, (long long)info.l2_bytes, copy_gbps,
-          copy_bytes >> 20, o->warm ? "warm" : "flushed");
+  if (dsk__bench_preamble(ctx, &info, "mhc", o->quick, o->warm, out, &copy_gbps) != 0) return 1;
   fprintf(out, "# bytes per spec/mhc.md §5: fn 24*nD*4 + T*nD*2 per read of R + outputs (y, post, C, R'); partials not "
           "counted; FP32 projection; S = %s\n",
           o->fixed_splits ? "pinned (--splits)" : "resolved by the plan (tuned entry, else heuristic)");

@@ -136,16 +136,8 @@ int dsk_bench_sparse_mla(dsk_ctx *ctx, const dsk_bench_mla_opts *o, FILE *out) {
   dsk_ctx_get_info(ctx, &info);
   tu_rng rng = tu_rng_make(o->seed ? o->seed : 7);
   double copy_gbps = 0;
-  const size_t copy_bytes = info.is_cuda ? ((size_t)1 << 30) : ((size_t)256 << 20);
-  if (dsk_bench_copy_bandwidth(ctx, copy_bytes, &copy_gbps) != DSK_STATUS_OK) {
-    fprintf(stderr, "bench: copy bandwidth: %s\n", dsk_last_error());
-    return 1;
-  }
+  if (dsk__bench_preamble(ctx, &info, "sparse-mla", 0, o->warm, out, &copy_gbps) != 0) return 1;
   const double mma_tflops = o->mma_tflops > 0 ? o->mma_tflops : 640.0;
-  fprintf(out, "# dsk %s bench sparse-mla; backend %s; device %s; %d SMs; L2 %lld B; copy %.0f GB/s (read+write, %zu MiB); L2 %s; "
-          "device events around each call, a spin kernel ahead so host enqueue time is not counted\n",
-          dsk_version(), info.backend, info.device_name, info.sm_count, (long long)info.l2_bytes, copy_gbps,
-          copy_bytes >> 20, o->warm ? "warm" : "flushed");
   fprintf(out, "model,layer,fmt,T,H,w0,w1,pbs1,cpb,hpc,splits,median_us,tflops,gbps,pct_copy_bw,floor_us,x_floor,valid\n");
 
   /* One pool per format, >= 4x L2 (at least 256 MiB). */

@@ -475,15 +475,7 @@ int dsk_bench_moe(dsk_ctx *ctx, const dsk_bench_moe_opts *o, FILE *out) {
     }
   }
   double copy_gbps = 0;
-  const size_t copy_bytes = info.is_cuda ? ((size_t)1 << 30) : o->quick ? ((size_t)32 << 20) : ((size_t)256 << 20);
-  if (dsk_bench_copy_bandwidth(ctx, copy_bytes, &copy_gbps) != DSK_STATUS_OK) {
-    fprintf(stderr, "bench: copy bandwidth: %s\n", dsk_last_error());
-    return 1;
-  }
-  fprintf(out, "# dsk %s bench moe; backend %s; device %s; %d SMs; L2 %lld B; copy %.0f GB/s (read+write, %zu MiB); L2 %s; "
-          "device events around each call\n",
-          dsk_version(), info.backend, info.device_name, info.sm_count, (long long)info.l2_bytes, copy_gbps,
-          copy_bytes >> 20, o->warm ? "warm" : "flushed");
+  if (dsk__bench_preamble(ctx, &info, "moe", o->quick, o->warm, out, &copy_gbps) != 0) return 1;
   fprintf(out, "# %s shapes; experts generated in process and prepared by dsk_moe_prepare_weights (%s); worst-case M_sum "
           "(graph-safe, as dsk_moe_run); tactics: heuristic / tuned entry\n",
           o->quick ? "REDUCED (--quick)" : "production TP1", o->quick ? "all distinct" : "4 distinct, repeated over E");

@@ -132,6 +132,13 @@ typedef struct dsk_bench_moe_opts {
 } dsk_bench_moe_opts;
 int dsk_bench_moe(dsk_ctx *ctx, const dsk_bench_moe_opts *o, FILE *out);
 
+/* The start every `dsk bench` shares: measures the copy bandwidth in this
+ * run (1 GiB on CUDA; on the CPU 256 MiB, or 32 MiB with small_copy) and
+ * prints the first comment line (version, backend, device, copy bandwidth,
+ * L2 state, method). Returns 0, or 1 after a message on stderr. */
+int dsk__bench_preamble(dsk_ctx *ctx, const dsk_ctx_info *info, const char *bench, int small_copy, int warm,
+                        FILE *out, double *copy_gbps);
+
 /* check_moe.c: one MoE row of `dsk demo` (which: 0 DSv4-Flash, 1 GLM-5.1,
  * 2 DSv4-Pro; production shapes on CUDA, reduced ones on the CPU). res:
  * median_us, GB/s, TFLOPS, rel_l2, max_abs. Returns 0 if the row ran. */
