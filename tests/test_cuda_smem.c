@@ -20,6 +20,24 @@ int main(void) {
     TU_CHECK(&c, DSK_MLA_SREC(f) % 16 == 0, "format %d: record stride %d", f, DSK_MLA_SREC(f));
     /* the staged record holds the whole cache record (A: 656; B: 576 data + 8 scale bytes) */
     TU_CHECK(&c, DSK_MLA_SREC(f) >= (f == 1 ? 656 : 584), "format %d: record stride too small", f);
+    /* the fragment-interleaved Q fits its region, and the offset formula is
+     * a bijection onto it: every (row, dim pair) gets its own 4-byte word */
+    TU_CHECK(&c, DSK_MLA_QIL_FITS(f), "format %d: interleaved Q does not fit", f);
+    {
+      static unsigned char seen[DSK_MLA_HEADS * 528 * 2 / 4];
+      memset(seen, 0, sizeof seen);
+      int dup = 0, out = 0;
+      for (int row = 0; row < DSK_MLA_HEADS; row++)
+        for (int d = 0; d < DSK_MLA_NOPE(f); d += 2) {
+          const long off = DSK_MLA_QIL_OFF(row, d);
+          if (off < 0 || off % 4 != 0 || off + 4 > (long)DSK_MLA_NOPE(f) / 16 * 512) {
+            out++;
+            continue;
+          }
+          dup += seen[off / 4]++ != 0;
+        }
+      TU_CHECK(&c, dup == 0 && out == 0, "format %d: interleaved Q offsets: %d collide, %d outside", f, dup, out);
+    }
     printf("format %s: %ld bytes of shared memory per CTA (limit %d)\n", f == 1 ? "A656" : "B584", bytes,
            DSK_SM120_SMEM_LIMIT);
     /* the 32-head kernel */

@@ -9,6 +9,8 @@ struct Seg {
   const uint8_t *base;
   int64_t pbs, page_stride, cap; /* cap = num_pages * pbs */
   uint32_t pbs32;                 /* min(pbs, 2^31): slot / pbs in 32 bits (slots are < 2^31) */
+  int pbs_log2;                   /* log2(pbs32) when it is a power of two, else -1 (a shift
+                                   * replaces the division) */
   const int32_t *slots;
   int64_t slots_st, width;
   const int32_t *lens;
@@ -28,7 +30,7 @@ struct Params {
   int64_t lse_st, lse_sh;
   float *part_o;   /* [T][H][splits][512] */
   float *part_lse; /* [T][H][splits] */
-  int splits, cpb, nch0, nch;
+  int splits, spb, nch0, nch; /* spb: 32-candidate stages per split (2 * cpb, or 1: see stages_per_split) */
   int nhg;
   unsigned long long *counters;
 };
@@ -90,7 +92,9 @@ __device__ __forceinline__ int64_t seg_len(const Seg &sg, int64_t t) {
 
 /* The candidates of one CTA: the valid prefix of each segment in row t and
  * this split's active 32-candidate stages (segment 0: [b0, b0 + n0),
- * segment 1: [b1, b1 + n - n0)). Counts the row's clamped lens once. */
+ * segment 1: [b1, b1 + n - n0)); split j owns stage slots [j * spb,
+ * (j + 1) * spb) of the row's 2 * nch slots. Counts the row's clamped lens
+ * once. */
 struct StageRange {
   int64_t L0, L1, b0, b1;
   int n0, n;
@@ -108,11 +112,12 @@ __device__ __forceinline__ StageRange stage_range(const Params &p, int64_t t, in
       }
     if (clamped) atomicAdd(&p.counters[1], clamped);
   }
-  const int c0 = split * p.cpb, c1 = min(c0 + p.cpb, p.nch);
-  r.b0 = 2 * (int64_t)c0;
-  const int64_t e0 = min((int64_t)2 * min(c1, p.nch0), (r.L0 + kSub - 1) / kSub);
-  r.b1 = 2 * (int64_t)max(c0 - p.nch0, 0);
-  const int64_t e1 = min((int64_t)2 * max(c1 - p.nch0, 0), (r.L1 + kSub - 1) / kSub);
+  /* stage slots: segment 0 owns 2 * nch0 of them, segment 1 the rest */
+  const int s0 = split * p.spb, s1 = min(s0 + p.spb, 2 * p.nch), n0s = 2 * p.nch0;
+  r.b0 = s0;
+  const int64_t e0 = min((int64_t)min(s1, n0s), (r.L0 + kSub - 1) / kSub);
+  r.b1 = max(s0 - n0s, 0);
+  const int64_t e1 = min((int64_t)max(s1 - n0s, 0), (r.L1 + kSub - 1) / kSub);
   r.n0 = (int)max(e0 - r.b0, (int64_t)0);
   r.n = r.n0 + (int)max(e1 - r.b1, (int64_t)0);
   return r;
@@ -148,7 +153,9 @@ __device__ __forceinline__ void stage_issue(const Params &p, const StageRange &r
     if (!ok && slot >= 0 && counting && part == 0) atomicAdd(&p.counters[0], 1ull);
     if (ok) {
       const int64_t pst = s1 ? p.seg[1].page_stride : p.seg[0].page_stride;
-      const uint32_t pb32 = s1 ? p.seg[1].pbs32 : p.seg[0].pbs32, pgu = (uint32_t)slot / pb32;
+      const uint32_t pb32 = s1 ? p.seg[1].pbs32 : p.seg[0].pbs32;
+      const int lg = s1 ? p.seg[1].pbs_log2 : p.seg[0].pbs_log2;
+      const uint32_t pgu = lg >= 0 ? (uint32_t)slot >> lg : (uint32_t)slot / pb32;
       const int64_t j = (int64_t)((uint32_t)slot - pgu * pb32);
       const uint8_t *page = sbase + (int64_t)pgu * pst;
       if (F == 1) {
@@ -171,9 +178,10 @@ __device__ __forceinline__ void stage_issue(const Params &p, const StageRange &r
  * 2^15 (exact power of two), rope dims as the raw bf16. Row r goes to
  * nope + r * nope_bytes and rope + r * rope_bytes; lane 0 writes 2^shift to
  * qscale[r]. All loads of the four rows are issued before any is used. */
-template <int F>
+template <int F, bool IL = false>
 __device__ __forceinline__ void stage_q4(const Params &p, int64_t t, int h_first, int lane, uint8_t *nope,
-                                         int nope_bytes, uint8_t *rope, int rope_bytes, float *qscale) {
+                                         int nope_bytes, uint8_t *rope, int rope_bytes, float *qscale,
+                                         int il_row0 = 0) {
   using C = Fmt<F>;
   uint4 qv[4][2], rv[4];
 #pragma unroll
@@ -213,7 +221,15 @@ __device__ __forceinline__ void stage_q4(const Params &p, int64_t t, int h_first
 #pragma unroll
       for (int e = 0; e < 4; e++)
         o[e] = pack_f16(bf16_bits_to_f32(w[e] & 0xffff) * inv, bf16_bits_to_f32(w[e] >> 16) * inv);
-      *reinterpret_cast<uint4 *>(nope + r * nope_bytes + 2 * d) = make_uint4(o[0], o[1], o[2], o[3]);
+      if (IL) {
+        /* fragment-interleaved (see DSK_MLA_QIL_OFF): dims d+2e, d+2e+1 of tile row il_row0 + r */
+        const int row = il_row0 + r;
+#pragma unroll
+        for (int e = 0; e < 4; e++)
+          *reinterpret_cast<uint32_t *>(nope + DSK_MLA_QIL_OFF(row, d + 2 * e)) = o[e];
+      } else {
+        *reinterpret_cast<uint4 *>(nope + r * nope_bytes + 2 * d) = make_uint4(o[0], o[1], o[2], o[3]);
+      }
     }
     if (lane < 8) *reinterpret_cast<uint4 *>(rope + r * rope_bytes + 16 * lane) = rv[r];
   }

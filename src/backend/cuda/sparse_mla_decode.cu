@@ -8,16 +8,22 @@
  * (f16 and bf16 m16n8k16, fp32 accumulation), cp.async, cvt e4m3x2->f16x2.
  *
  * 16-head kernel: CTA = 4 warps, 16 heads (the m16 rows) of one query row, one split of the
- * row's 64-candidate chunks (segment 0 chunks, then segment 1). Candidates
+ * row's 64-candidate chunks (segment 0 chunks, then segment 1; at cpb 1 with
+ * at most one CTA per SM a split is one 32-candidate stage: stages_per_split). Candidates
  * are processed in stages of 32: the raw cache records are copied into
  * shared memory with cp.async (double buffer; invalid candidates are zero
  * filled, never read), then
- *  - QK: warp w scores candidates 8w..8w+7 over all Dqk dims. The fp8 nope
+ *  - QK: warp w scores all 32 candidates over its share of the Dqk dims
+ *    (Format A: nope tile w and rope k-step w; Format B: nope tiles 2w,
+ *    2w+1, warp 3 also the four rope k-steps) and leaves its partial scores
+ *    in shared memory; the softmax sums the four partials. The fp8 nope
  *    part runs as f16 MMAs: e4m3 converts exactly to f16, and Q is converted
  *    to f16 after an exact power-of-two pre-scale per head that keeps it in
- *    range. Each scale tile's partial sum is multiplied by that candidate's
- *    tile scale in fp32 (exact for arbitrary Format A scales). The bf16 rope
- *    part runs as bf16 MMAs.
+ *    range; Q's nope dims are stored fragment-interleaved
+ *    (DSK_MLA_QIL_OFF), one 16-byte load per k-step. Each scale tile's
+ *    partial sum is multiplied by that candidate's tile scale in fp32
+ *    (exact for arbitrary Format A scales). The bf16 rope part runs as bf16
+ *    MMAs.
  *  - online softmax in the log2 domain; invalid candidates get weight
  *    exactly 0 and no (-inf) - (-inf) is ever formed.
  *  - PV: warp w owns output dims 128w..128w+127 as two 64-dim halves. The
@@ -86,11 +92,22 @@ int chunk_count(const dsk_sparse_mla_desc *d) {
   return (int)c;
 }
 
-int split_count(const dsk_sparse_mla_desc *d, const dsk_tactic *tc) {
+/* 32-candidate stages per split. Tactic v[0] (cpb) gives 2 * cpb; at cpb 1,
+ * when even twice the splits leave the grid within one CTA per SM (a
+ * decode step of few rows: every CTA runs alone on its SM, so its time is
+ * one warp's dependent instruction chain), each split takes one stage and
+ * the splits double. Deterministic in the shape, the tactic and the SM
+ * count, so the plan's workspace and the run agree. */
+int stages_per_split(const dsk_ctx *ctx, const dsk_sparse_mla_desc *d, const dsk_tactic *tc, int *splits) {
   const int ch = chunk_count(d);
   int cpb = tc->v[0] > 0 ? tc->v[0] : 1;
   if (cpb > ch) cpb = ch;
-  return (ch + cpb - 1) / cpb;
+  const int hpc = tc->v[1] == DSK_MLA32_HEADS ? DSK_MLA32_HEADS : DSK_MLA_HEADS;
+  const int64_t nhg = (d->H + hpc - 1) / hpc;
+  int spb = 2 * cpb;
+  if (cpb == 1 && d->T * nhg * 2 * (int64_t)ch <= (int64_t)ctx->info.sm_count) spb = 1;
+  *splits = (2 * ch + spb - 1) / spb;
+  return spb;
 }
 
 template <int F>
@@ -109,6 +126,10 @@ dsk_status launch(dsk_ctx *ctx, const dsk_sparse_mla_desc *d, const dsk_tactic *
     p.seg[i].base = (const uint8_t *)sg.cache.base;
     p.seg[i].pbs = sg.cache.pbs;
     p.seg[i].pbs32 = sg.cache.pbs > (int64_t)0x80000000LL ? 0x80000000u : (uint32_t)sg.cache.pbs;
+    p.seg[i].pbs_log2 = -1;
+    if ((p.seg[i].pbs32 & (p.seg[i].pbs32 - 1u)) == 0u)
+      for (int b = 0; b < 32; b++)
+        if (p.seg[i].pbs32 == (1u << b)) p.seg[i].pbs_log2 = b;
     p.seg[i].page_stride = sg.cache.page_stride;
     p.seg[i].cap = sg.cache.num_pages * sg.cache.pbs;
     p.seg[i].slots = sg.slots;
@@ -125,8 +146,7 @@ dsk_status launch(dsk_ctx *ctx, const dsk_sparse_mla_desc *d, const dsk_tactic *
   p.lse_sh = d->lse_stride_h;
   p.nch0 = (int)((d->seg[0].width + DSK_MLA_CHUNK - 1) / DSK_MLA_CHUNK);
   p.nch = chunk_count(d);
-  p.cpb = tc->v[0] > p.nch ? p.nch : (tc->v[0] > 0 ? tc->v[0] : 1);
-  p.splits = (p.nch + p.cpb - 1) / p.cpb;
+  p.spb = stages_per_split(ctx, d, tc, &p.splits);
   const bool wide = tc->v[1] == DSK_MLA32_HEADS; /* heads per CTA: 16 or 32 (validated by src/ops) */
   const int hpc = wide ? DSK_MLA32_HEADS : kHeads;
   p.nhg = (int)((d->H + hpc - 1) / hpc);
@@ -171,8 +191,8 @@ extern "C" int64_t dsk__cuda_sparse_mla_smem_bytes(dsk_kv_format f, int heads_pe
 
 extern "C" int64_t dsk__cuda_sparse_mla_workspace(const dsk_ctx *ctx, const dsk_sparse_mla_desc *d,
                                                   const dsk_tactic *t) {
-  (void)ctx;
-  const int splits = split_count(d, t);
+  int splits = 1;
+  stages_per_split(ctx, d, t, &splits);
   if (splits <= 1) return 0;
   return d->T * d->H * (int64_t)splits * (512 + 1) * 4;
 }

@@ -33,9 +33,9 @@ __global__ void __launch_bounds__(kThreads) sparse_mla_kernel(const Params p) {
 
   /* ---- Q: warp w stages heads 4w .. 4w+3 (f16 nope, bf16 rope) */
   auto load_q = [&]() {
-    stage_q4<F>(p, t, h0 + warp * 4, lane, reinterpret_cast<uint8_t *>(qn + warp * 4 * DSK_MLA_QN_STRIDE(F)),
-                2 * DSK_MLA_QN_STRIDE(F), reinterpret_cast<uint8_t *>(qr + warp * 4 * DSK_MLA_QR_STRIDE),
-                2 * DSK_MLA_QR_STRIDE, qscale + warp * 4);
+    stage_q4<F, true>(p, t, h0 + warp * 4, lane, reinterpret_cast<uint8_t *>(qn), 0,
+                      reinterpret_cast<uint8_t *>(qr + warp * 4 * DSK_MLA_QR_STRIDE), 2 * DSK_MLA_QR_STRIDE,
+                      qscale + warp * 4, warp * 4);
   };
 
   /* ---- stage issue: thread (c = tid/4, part = tid%4) copies record c.
@@ -101,9 +101,8 @@ __global__ void __launch_bounds__(kThreads) sparse_mla_kernel(const Params p) {
 #pragma unroll
         for (int ks = 0; ks < C::TILE / 16; ks++) {
           const int d0 = tile * C::TILE + ks * 16;
-          const uint2 qa = *reinterpret_cast<const uint2 *>(qn + g * DSK_MLA_QN_STRIDE(F) + d0 + 4 * q4);
-          const uint2 qb = *reinterpret_cast<const uint2 *>(qn + (g + 8) * DSK_MLA_QN_STRIDE(F) + d0 + 4 * q4);
-          const uint32_t a[4] = {qa.x, qb.x, qa.y, qb.y};
+          const uint4 qv = *reinterpret_cast<const uint4 *>(reinterpret_cast<const uint8_t *>(qn) + (d0 >> 4) * 512 + 16 * lane);
+          const uint32_t a[4] = {qv.x, qv.y, qv.z, qv.w};
 #pragma unroll
           for (int j = 0; j < 4; j++) {
             const uint32_t kw = *reinterpret_cast<const uint32_t *>(kb + (j * 8 + g) * C::SREC + d0 + 4 * q4);

@@ -46,6 +46,15 @@
 #define DSK_MLA_NOPE(f) ((f) == 1 ? 512 : 448)
 #define DSK_MLA_QN_STRIDE(f) ((f) == 1 ? 528 : 464)
 #define DSK_MLA_QR_STRIDE 72 /* bf16 elements per rope row of Q */
+/* The 16-head kernel keeps Q's nope dims fragment-interleaved in the QN
+ * region: per 16-dim k-step 512 bytes, 16 per lane l = 4g + q (the m16n8k16
+ * A fragment of lane l: rows g, g+8, dims 4q..4q+3 of the step in the
+ * kernel's K order), so that one 16-byte load gives a0..a3. Byte offset of
+ * the f16 pair (dim d, d+1), d even, of tile row `row` (0..15): */
+#define DSK_MLA_QIL_OFF(row, d) \
+  (((d) >> 4) * 512 + ((((row) & 7) * 4 + (((d) & 15) >> 2)) * 16) + ((((d) >> 1) & 1) * 8) + (((row) >> 3) * 4))
+/* it fits the QN region: NOPE / 16 * 512 <= HEADS * QN_STRIDE * 2 */
+#define DSK_MLA_QIL_FITS(f) (DSK_MLA_NOPE(f) / 16 * 512 <= DSK_MLA_HEADS * DSK_MLA_QN_STRIDE(f) * 2)
 #define DSK_MLA_P_STRIDE 40  /* fp32 per row of the partial-score buffer */
 
 /* Byte offsets of the regions; all multiples of 16. */
