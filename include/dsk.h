@@ -843,7 +843,19 @@ typedef struct dsk_moe_route_desc {
   int32_t *ids; int64_t ids_stride; /* out [T, topk] global expert ids */
   float *weights; int64_t weights_stride; /* out [T, topk] */
   int64_t *counters;              /* optional, 2 entries */
+  /* Optional scratch (added after the fields above: a caller built before
+   * them, whose struct_size ends at counters, runs without it). NULL or 0
+   * bytes: no workspace (correct, but on CUDA one block per token group
+   * streams the whole gate_w: slow at small T). Given: at least the bytes
+   * of dsk_moe_route_plan, 16-byte aligned, not overlapping x, gate_w, ids
+   * or weights; its contents never affect results. */
+  void *workspace; int64_t workspace_bytes;
 } dsk_moe_route_desc;
+/* Workspace bytes of dsk_moe_route for this T (a plan for T serves every
+ * smaller T): T * E * 8 (fp64 logits [T, E]) when logits are computed from
+ * x (logits NULL), else 0. The same on every backend; the CPU backends
+ * ignore the workspace. info->tactic is all zero. */
+DSK_API dsk_status dsk_moe_route_plan(dsk_ctx *ctx, const dsk_moe_route_desc *desc, dsk_plan_info *info);
 DSK_API dsk_status dsk_moe_route(dsk_ctx *ctx, const dsk_moe_route_desc *desc);
 
 /* -------------------------------------------------------------- permute */

@@ -15,6 +15,7 @@
  */
 #include <inttypes.h>
 #include <math.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
@@ -329,7 +330,31 @@ dsk_status dsk_sf_pack_mn_major(dsk_ctx *ctx, const dsk_sf_pack_desc *d) {
 
 /* ============================================================ routing */
 #define OP_ROUTE "moe_route"
-static dsk_status route_validate(const dsk_ctx *ctx, const dsk_moe_route_desc *d) {
+/* dsk_moe_route_desc grew workspace / workspace_bytes at its end: a caller
+ * built before them (struct_size = offsetof(workspace)) still works, without
+ * a workspace. Every entry point copies the caller's struct_size bytes into
+ * a full-size descriptor (the missing fields zero) and works on the copy. */
+#define ROUTE_OLD_SIZE offsetof(dsk_moe_route_desc, workspace)
+static dsk_status route_copy(const dsk_ctx *ctx, const dsk_moe_route_desc *d, dsk_moe_route_desc *c) {
+  TRY(check_ctx_desc(ctx, d, OP_ROUTE));
+  if (d->struct_size < ROUTE_OLD_SIZE)
+    return dsk__fail(DSK_STATUS_INVALID_ARG, "%s: struct_size %zu < sizeof(dsk_moe_route_desc) %zu (set it with sizeof)",
+                     OP_ROUTE, d->struct_size, sizeof *d);
+  memset(c, 0, sizeof *c);
+  memcpy(c, d, d->struct_size < sizeof *c ? d->struct_size : sizeof *c);
+  c->struct_size = sizeof *c;
+  return DSK_STATUS_OK;
+}
+
+/* The router workspace (fp64 logits [T, E]) when logits are computed from
+ * x; the same rule on every backend (the CPU backends ignore it). */
+static int64_t route_ws_need(const dsk_moe_route_desc *d) {
+  return d->logits || d->T <= 0 ? 0 : d->T * d->E * (int64_t)sizeof(double);
+}
+
+/* d: a full-size copy (route_copy). run: the workspace fields are checked
+ * too (a plan call ignores them). */
+static dsk_status route_validate(const dsk_ctx *ctx, const dsk_moe_route_desc *d, int run) {
   const char *op = OP_ROUTE;
   TRY(check_ctx_desc(ctx, d, op));
   TRY(check_struct(op, d->struct_size, sizeof *d, "dsk_moe_route_desc"));
@@ -361,14 +386,52 @@ static dsk_status route_validate(const dsk_ctx *ctx, const dsk_moe_route_desc *d
                      (double)d->routed_scaling_factor);
   TRY(check_rows(op, "ids", d->ids, 4, d->ids_stride, d->T, d->topk, "int32 [T, topk]"));
   TRY(check_rows(op, "weights", d->weights, 4, d->weights_stride, d->T, d->topk, "fp32 [T, topk]"));
+  if (!run) return DSK_STATUS_OK;
+  /* the optional workspace: NULL or 0 bytes = none */
+  if (d->workspace_bytes < 0)
+    return dsk__fail(DSK_STATUS_INVALID_ARG, "%s: workspace_bytes %" PRId64 " < 0", op, d->workspace_bytes);
+  const int64_t need = route_ws_need(d);
+  if (d->workspace && d->workspace_bytes > 0 && need > 0) {
+    if (d->workspace_bytes < need)
+      return dsk__fail(DSK_STATUS_INVALID_ARG,
+                       "%s: workspace_bytes %" PRId64 " < %" PRId64 " needed (T * E * 8, see dsk_moe_route_plan; "
+                       "or pass no workspace)", op, d->workspace_bytes, need);
+    if (misaligned(d->workspace, 16))
+      return dsk__fail(DSK_STATUS_INVALID_ARG, "%s: workspace %p is not 16-byte aligned", op, d->workspace);
+    const struct {
+      const char *name;
+      const void *p;
+      int64_t bytes;
+    } r[5] = {{"x", d->x, rows_bytes(d->T, d->x_stride, d->H, 2)},
+              {"gate_w", d->gate_w, d->E * d->H * 2},
+              {"bias", d->bias, d->E * 4},
+              {"ids", d->ids, rows_bytes(d->T, d->ids_stride, d->topk, 4)},
+              {"weights", d->weights, rows_bytes(d->T, d->weights_stride, d->topk, 4)}};
+    for (int i = 0; i < 5; i++)
+      if (ranges_overlap(d->workspace, need, r[i].p, r[i].bytes))
+        return dsk__fail(DSK_STATUS_INVALID_ARG, "%s: workspace %p (%" PRId64 " bytes used) overlaps %s %p", op,
+                         d->workspace, need, r[i].name, r[i].p);
+  }
+  return DSK_STATUS_OK;
+}
+
+dsk_status dsk_moe_route_plan(dsk_ctx *ctx, const dsk_moe_route_desc *d, dsk_plan_info *info) {
+  TRY(check_plan_info(OP_ROUTE, info));
+  dsk_moe_route_desc c;
+  TRY(route_copy(ctx, d, &c));
+  TRY(route_validate(ctx, &c, 0));
+  fill_plan(ctx, info, c.T > 0 ? route_ws_need(&c) : 0, NULL, DSK_TACTIC_HEURISTIC);
+  if (!ctx->backend->moe_route) return not_served(ctx, OP_ROUTE);
   return DSK_STATUS_OK;
 }
 
 dsk_status dsk_moe_route(dsk_ctx *ctx, const dsk_moe_route_desc *d) {
-  TRY(route_validate(ctx, d));
-  if (d->T == 0) return DSK_STATUS_OK;
+  dsk_moe_route_desc c;
+  TRY(route_copy(ctx, d, &c));
+  TRY(route_validate(ctx, &c, 1));
+  if (c.T == 0) return DSK_STATUS_OK;
   if (!ctx->backend->moe_route) return not_served(ctx, OP_ROUTE);
-  return ctx->backend->moe_route(ctx, d);
+  return ctx->backend->moe_route(ctx, &c);
 }
 
 /* ============================================================ permute */
@@ -862,8 +925,11 @@ void dsk__moe_ws_layout(const dsk_ctx *ctx, const dsk_moe_desc *d, int64_t T, ds
   REGION(mind, ms * 4);
   REGION(inv, T * K * 4);
   REGION(sfa, dsk_sf_packed_words(1, ms, H / 128) * 4);
-  const int64_t d_bytes = ms * (2 * I > H ? 2 * I : H) * 2; /* D1, then D2 */
-  REGION(D, d_bytes);
+  /* D1, then D2; before them (step 1 of dsk_moe_run) the router's
+   * workspace, fp64 logits [T, E] (route_ws_need), which is consumed before
+   * FC1 writes D1 */
+  const int64_t d_bytes = ms * (2 * I > H ? 2 * I : H) * 2, r_bytes = T * d->E * (int64_t)sizeof(double);
+  REGION(D, d_bytes > r_bytes ? d_bytes : r_bytes);
   REGION(sfa2, dsk_sf_packed_words(1, ms, I / 128) * 4);
   w->perm_bytes = 2 * d->E_local * (int64_t)sizeof(int64_t);
   REGION(perm, w->perm_bytes);
@@ -1056,6 +1122,8 @@ dsk_status dsk_moe_run(dsk_ctx *ctx, const dsk_moe_desc *d) {
     r.renormalize = 1; r.routed_scaling_factor = d->routed_scaling_factor;
     r.ids = ids; r.ids_stride = K; r.weights = wts; r.weights_stride = K;
     r.counters = cnt(d, DSK_MOE_CNT_ROUTE_BAD_TOKEN);
+    r.workspace = Dbuf; /* the D region is free until FC1 (dsk__moe_ws_layout) */
+    r.workspace_bytes = T * d->E * (int64_t)sizeof(double);
     TRY(dsk_moe_route(ctx, &r));
     use_ids = ids;
     use_w = wts;
@@ -1184,7 +1252,11 @@ dsk_status dsk__moe_validate(const dsk_ctx *ctx, int op, const void *desc) {
     case DSK_OP_MOE_FP8_QUANTIZE: return fp8q_validate(ctx, (const dsk_fp8_quantize_desc *)desc);
     case DSK_OP_MOE_PACK_WORDS: return packw_validate(ctx, (const dsk_pack_ue8m0_desc *)desc);
     case DSK_OP_MOE_SF_PACK: return sfpack_validate(ctx, (const dsk_sf_pack_desc *)desc);
-    case DSK_OP_MOE_ROUTE: return route_validate(ctx, (const dsk_moe_route_desc *)desc);
+    case DSK_OP_MOE_ROUTE: {
+      dsk_moe_route_desc rc;
+      dsk_status st = route_copy(ctx, (const dsk_moe_route_desc *)desc, &rc);
+      return st != DSK_STATUS_OK ? st : route_validate(ctx, &rc, 1);
+    }
     case DSK_OP_MOE_PERMUTE: return perm_validate(ctx, (const dsk_moe_permute_desc *)desc, 1);
     case DSK_OP_MOE_GEMM: return gemm_validate(ctx, (const dsk_moe_gemm_desc *)desc, 1, DSK__TUNE_FOLLOW, &t, NULL);
     case DSK_OP_MOE_SWIGLU_QUANT: return swiglu_validate(ctx, (const dsk_swiglu_quant_desc *)desc);

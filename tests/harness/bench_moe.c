@@ -15,8 +15,9 @@
  * Rows per (model, T): `layer` = dsk_moe_run (route, quantize, permute,
  * FC1, SwiGLU, FC2, shared expert, gather), then each op alone on buffers
  * of its own (a chain run once beforehand, so every input is valid):
- * route, quant (x 1x128), permute (+ SFA packing), fc1, swiglu, fc2,
- * shared (dense FC1 + SwiGLU + FC2), gather.
+ * route (with the workspace of dsk_moe_route_plan), quant (x 1x128),
+ * permute (+ SFA packing), fc1, swiglu, fc2, shared (dense FC1 + SwiGLU +
+ * FC2), gather.
  *
  * Bytes (the gbps column): weight bytes read for layer, route, fc1, fc2 and
  * shared - the prepared bytes (data + packed scales) of the distinct experts
@@ -194,8 +195,8 @@ typedef struct moe_dev {
   /* op chain buffers */
   uint8_t *xq, *xsf, *A, *Asf, *A2, *S2;
   int32_t *sfx, *mind, *inv, *sfa, *sfa2, *ssf2;
-  void *D1, *D2, *S1, *Sout, *perm_ws;
-  int64_t perm_ws_bytes;
+  void *D1, *D2, *S1, *Sout, *perm_ws, *route_ws;
+  int64_t perm_ws_bytes, route_ws_bytes;
 } moe_dev;
 
 typedef struct moe_run {
@@ -262,6 +263,7 @@ static void case_descs(const moe_model *m, moe_dev *v, int64_t T, moe_run *r) {
   ro->H = H; ro->x = v->x; ro->x_stride = H; ro->gate_w = v->gate; ro->bias = v->bias;
   ro->renormalize = 1; ro->routed_scaling_factor = v->layer.routed_scaling_factor;
   ro->ids = v->ids; ro->ids_stride = K; ro->weights = v->wts; ro->weights_stride = K;
+  ro->workspace = v->route_ws; ro->workspace_bytes = v->route_ws_bytes; /* planned for Tmax */
 
   dsk_fp8_quantize_desc *q = &r->quant;
   q->struct_size = sizeof *q;
@@ -436,6 +438,10 @@ static dsk_status dev_make(dsk_ctx *ctx, const moe_model *m, int quick, int64_t 
     st = dsk_moe_permute_plan(ctx, &r.perm, &pi);
     v->perm_ws_bytes = pi.workspace_bytes;
     v->perm_ws = bm_alloc(&v->m, (size_t)pi.workspace_bytes, &st);
+    /* the router's workspace (the fast path on CUDA: grid-wide logits) */
+    if (st == DSK_STATUS_OK) st = dsk_moe_route_plan(ctx, &r.route, &pi);
+    v->route_ws_bytes = pi.workspace_bytes;
+    v->route_ws = bm_alloc(&v->m, (size_t)pi.workspace_bytes, &st);
   }
   return st;
 }

@@ -15,7 +15,13 @@
  *    NaN / inf / exact ties, an H that is not a multiple of 8: ids equal,
  *    weights within 1e-6 relative (bit-exact expected but for an fp32 ulp:
  *    logits are summed in another fixed order, scores use the device libm),
- *    counters equal;
+ *    counters equal; each without and with the workspace of
+ *    dsk_moe_route_plan (T 1, 2, 3, 5, 7, 9, 64; H 1, 8, 200, 1000 with an
+ *    odd x stride, 2056; E 37 and 1024; poisoned with 0xFF; plan bytes
+ *    checked on both contexts), a second run on ctx bit-identical (ids,
+ *    weights and the workspace), and a caller built before the workspace
+ *    fields (struct_size = offsetof(workspace), in a heap block of that
+ *    size);
  *  - dsk_moe_permute: random, EP slices with -1 and out-of-range ids, all
  *    tokens on one expert, empty experts, duplicated ids, an M_sum too small
  *    (dropped rows), unaligned strides: A, scale bytes, m_indices, inv_perm
@@ -29,7 +35,9 @@
  *    block of bad indices) and dsk_dense_fp8_gemm: diff <= 0.01 (warn above
  *    1e-4) on real rows, skipped blocks untouched, counters equal;
  *  - bad inputs on ctx: misaligned BLOCK_M, wrong scale shapes, bad A_used,
- *    align_cap, out-of-range expert ids (counted, not an error).
+ *    align_cap, out-of-range expert ids (counted, not an error); router
+ *    workspace too small, misaligned, overlapping ids, negative bytes, a
+ *    struct_size below the old size.
  * Then the layer (dsk_moe_run) against the cpu-ref (diff <= 0.01) and an
  * fp64 forward written here (diff <= 0.01) that decodes the in-process
  * checkpoint tensors on the fly (no code shared with the library): x
@@ -42,6 +50,7 @@
  */
 #include <inttypes.h>
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -154,23 +163,27 @@ static void pair_free(mc_pair *p) {
     }
   p->n = 0;
 }
+/* The op on one context, every buffer downloaded into got[0..n). */
+static dsk_status side_run(dsk_ctx *cx, mc_pair *p, mc_op_fn fn, const void *user, void **got) {
+  dsk_status st = DSK_STATUS_OK;
+  mc_bufs b = {cx, {0}, 0};
+  void *dev[MC_MAXB];
+  for (int j = 0; j < p->n; j++) {
+    dev[j] = p->in[j] ? mc_up(&b, p->in[j], p->bytes[j], &st) : mc_alloc(&b, p->bytes[j], &st);
+    if (!p->in[j] && st == DSK_STATUS_OK) st = dsk_mem_set(cx, dev[j], p->poison[j], p->bytes[j]);
+  }
+  if (st == DSK_STATUS_OK) st = fn(cx, dev, user);
+  for (int j = 0; j < p->n && st == DSK_STATUS_OK; j++) {
+    got[j] = mc_host(p->bytes[j]);
+    st = mc_down(cx, got[j], dev[j], p->bytes[j]);
+  }
+  mc_free(&b);
+  return st;
+}
 static dsk_status pair_run(dsk_ctx *ctx, dsk_ctx *ref, mc_pair *p, mc_op_fn fn, const void *user) {
   dsk_ctx *cs[2] = {ctx, ref};
   dsk_status st = DSK_STATUS_OK;
-  for (int i = 0; i < 2 && st == DSK_STATUS_OK; i++) {
-    mc_bufs b = {cs[i], {0}, 0};
-    void *dev[MC_MAXB];
-    for (int j = 0; j < p->n; j++) {
-      dev[j] = p->in[j] ? mc_up(&b, p->in[j], p->bytes[j], &st) : mc_alloc(&b, p->bytes[j], &st);
-      if (!p->in[j] && st == DSK_STATUS_OK) st = dsk_mem_set(cs[i], dev[j], p->poison[j], p->bytes[j]);
-    }
-    if (st == DSK_STATUS_OK) st = fn(cs[i], dev, user);
-    for (int j = 0; j < p->n && st == DSK_STATUS_OK; j++) {
-      p->got[i][j] = mc_host(p->bytes[j]);
-      st = mc_down(cs[i], p->got[i][j], dev[j], p->bytes[j]);
-    }
-    mc_free(&b);
-  }
+  for (int i = 0; i < 2 && st == DSK_STATUS_OK; i++) st = side_run(cs[i], p, fn, user, p->got[i]);
   return st;
 }
 /* Index of the first differing byte of buffer j, or -1. */
@@ -381,11 +394,18 @@ typedef struct rt_case {
   int64_t T, E, K, H, xs;
   int score, hash, logits, renorm;
   float scale;
+  int ws; /* 0: no workspace; 1: the planned workspace; 2: the struct of a caller built before the workspace fields */
 } rt_case;
-/* buffers: 0 x, 1 gate, 2 bias, 3 logits, 4 tid2eid, 5 token ids, 6 ids, 7 weights, 8 counters */
+/* buffers: 0 x, 1 gate, 2 bias, 3 logits, 4 tid2eid, 5 token ids, 6 ids, 7 weights, 8 counters, 9 workspace */
 #define RT_VOCAB 1000
+typedef struct rt_user {
+  const rt_case *k;
+  int64_t ws_bytes;  /* bytes of buffer 9 (ws 1) */
+  int64_t *planned;  /* out: dsk_moe_route_plan's bytes, or -1 */
+} rt_user;
 static dsk_status op_route(dsk_ctx *cx, void *const *dev, const void *user) {
-  const rt_case *k = (const rt_case *)user;
+  const rt_user *u = (const rt_user *)user;
+  const rt_case *k = u->k;
   dsk_moe_route_desc d;
   memset(&d, 0, sizeof d);
   d.struct_size = sizeof d;
@@ -402,26 +422,76 @@ static dsk_status op_route(dsk_ctx *cx, void *const *dev, const void *user) {
   d.renormalize = k->renorm; d.routed_scaling_factor = k->scale;
   d.ids = dev[6]; d.ids_stride = k->K + 1; d.weights = dev[7]; d.weights_stride = k->K + 2;
   d.counters = dev[8];
+  *u->planned = -1;
+  if (k->ws == 1) {
+    dsk_plan_info pi;
+    memset(&pi, 0, sizeof pi);
+    pi.struct_size = sizeof pi;
+    dsk_status st = dsk_moe_route_plan(cx, &d, &pi);
+    if (st != DSK_STATUS_OK) return st;
+    *u->planned = pi.workspace_bytes;
+    if (pi.workspace_bytes > u->ws_bytes) return DSK_STATUS_INVALID_ARG; /* reported by the caller */
+    d.workspace = dev[9];
+    d.workspace_bytes = u->ws_bytes;
+  } else if (k->ws == 2) {
+    /* an old caller: its struct ends before workspace, in a heap block of
+     * exactly that size (ASan sees any read past it) */
+    const size_t old = offsetof(dsk_moe_route_desc, workspace);
+    unsigned char *od = malloc(old);
+    if (!od) return DSK_STATUS_OUT_OF_MEMORY;
+    d.struct_size = old;
+    memcpy(od, &d, old);
+    const dsk_status st = dsk_moe_route(cx, (const dsk_moe_route_desc *)(void *)od);
+    free(od);
+    return st;
+  }
   return dsk_moe_route(cx, &d);
 }
 
 static int check_route(dsk_ctx *ctx, dsk_ctx *ref, const dsk_check_opts *o, tu_counts *c, FILE *log) {
   static const rt_case quick[] = {
-      {"dsv4 scored", 64, 256, 6, 256, 256, DSK_MOE_SCORE_SQRT_SOFTPLUS, 0, 0, 1, 1.5f},
-      {"dsv4 scored", 7, 384, 6, 512, 520, DSK_MOE_SCORE_SQRT_SOFTPLUS, 0, 0, 1, 2.5f},
-      {"glm sigmoid", 1, 256, 8, 384, 384, DSK_MOE_SCORE_SIGMOID, 0, 0, 1, 2.5f},
-      {"glm sigmoid", 64, 256, 8, 384, 384, DSK_MOE_SCORE_SIGMOID, 0, 0, 1, 2.5f},
-      {"H 200 (scalar)", 9, 37, 5, 200, 203, DSK_MOE_SCORE_SIGMOID, 0, 0, 1, 1.0f},
-      {"hash", 33, 256, 6, 256, 256, DSK_MOE_SCORE_SQRT_SOFTPLUS, 1, 0, 1, 1.5f},
-      {"logits nan/inf/ties", 40, 64, 8, 0, 0, DSK_MOE_SCORE_SQRT_SOFTPLUS, 0, 1, 1, 1.5f},
-      {"logits no renorm", 40, 64, 8, 0, 0, DSK_MOE_SCORE_SIGMOID, 0, 1, 0, 2.5f},
-      {"E 1024 top-16", 5, 1024, 16, 256, 256, DSK_MOE_SCORE_SIGMOID, 0, 0, 1, 1.0f},
+      {"dsv4 scored", 64, 256, 6, 256, 256, DSK_MOE_SCORE_SQRT_SOFTPLUS, 0, 0, 1, 1.5f, 0},
+      {"dsv4 scored", 7, 384, 6, 512, 520, DSK_MOE_SCORE_SQRT_SOFTPLUS, 0, 0, 1, 2.5f, 0},
+      {"glm sigmoid", 1, 256, 8, 384, 384, DSK_MOE_SCORE_SIGMOID, 0, 0, 1, 2.5f, 0},
+      {"glm sigmoid", 64, 256, 8, 384, 384, DSK_MOE_SCORE_SIGMOID, 0, 0, 1, 2.5f, 0},
+      {"H 200 (scalar)", 9, 37, 5, 200, 203, DSK_MOE_SCORE_SIGMOID, 0, 0, 1, 1.0f, 0},
+      {"hash", 33, 256, 6, 256, 256, DSK_MOE_SCORE_SQRT_SOFTPLUS, 1, 0, 1, 1.5f, 0},
+      {"logits nan/inf/ties", 40, 64, 8, 0, 0, DSK_MOE_SCORE_SQRT_SOFTPLUS, 0, 1, 1, 1.5f, 0},
+      {"logits no renorm", 40, 64, 8, 0, 0, DSK_MOE_SCORE_SIGMOID, 0, 1, 0, 2.5f, 0},
+      {"E 1024 top-16", 5, 1024, 16, 256, 256, DSK_MOE_SCORE_SIGMOID, 0, 0, 1, 1.0f, 0},
+      /* with the planned workspace (the CUDA grid-wide logits) */
+      {"ws dsv4 scored", 1, 256, 6, 256, 256, DSK_MOE_SCORE_SQRT_SOFTPLUS, 0, 0, 1, 1.5f, 1},
+      {"ws dsv4 scored", 7, 384, 6, 512, 520, DSK_MOE_SCORE_SQRT_SOFTPLUS, 0, 0, 1, 2.5f, 1},
+      {"ws dsv4 scored", 64, 256, 6, 256, 256, DSK_MOE_SCORE_SQRT_SOFTPLUS, 0, 0, 1, 1.5f, 1},
+      {"ws glm sigmoid", 1, 256, 8, 384, 384, DSK_MOE_SCORE_SIGMOID, 0, 0, 1, 2.5f, 1},
+      {"ws glm sigmoid", 7, 256, 8, 384, 384, DSK_MOE_SCORE_SIGMOID, 0, 0, 1, 2.5f, 1},
+      {"ws glm sigmoid", 64, 256, 8, 384, 384, DSK_MOE_SCORE_SIGMOID, 0, 0, 1, 2.5f, 1},
+      {"ws H 200 E 37 (scalar)", 9, 37, 5, 200, 203, DSK_MOE_SCORE_SIGMOID, 0, 0, 1, 1.0f, 1},
+      {"ws H 1000 odd x stride", 3, 64, 4, 1000, 1003, DSK_MOE_SCORE_SQRT_SOFTPLUS, 0, 0, 1, 1.5f, 1},
+      {"ws H 2056 (2 steps)", 2, 128, 6, 2056, 2056, DSK_MOE_SCORE_SQRT_SOFTPLUS, 0, 0, 1, 1.5f, 1},
+      {"ws H 8 no renorm", 4, 16, 2, 8, 8, DSK_MOE_SCORE_SIGMOID, 0, 0, 0, 1.0f, 1},
+      {"ws H 1", 3, 8, 2, 1, 1, DSK_MOE_SCORE_SQRT_SOFTPLUS, 0, 0, 1, 1.0f, 1},
+      {"ws hash", 33, 256, 6, 256, 256, DSK_MOE_SCORE_SQRT_SOFTPLUS, 1, 0, 1, 1.5f, 1},
+      {"ws E 1024 top-16", 5, 1024, 16, 256, 256, DSK_MOE_SCORE_SIGMOID, 0, 0, 1, 1.0f, 1},
+      {"ws logits (unused)", 40, 64, 8, 0, 0, DSK_MOE_SCORE_SQRT_SOFTPLUS, 0, 1, 1, 1.5f, 1},
+      {"old struct_size", 7, 256, 6, 256, 256, DSK_MOE_SCORE_SQRT_SOFTPLUS, 0, 0, 1, 1.5f, 2},
   };
   static const rt_case full[] = {
-      {"dsv4-flash", 1000, 256, 6, 4096, 4096, DSK_MOE_SCORE_SQRT_SOFTPLUS, 0, 0, 1, 1.5f},
-      {"dsv4-pro", 128, 384, 6, 7168, 7168, DSK_MOE_SCORE_SQRT_SOFTPLUS, 0, 0, 1, 2.5f},
-      {"glm-5.1", 1000, 256, 8, 6144, 6144, DSK_MOE_SCORE_SIGMOID, 0, 0, 1, 2.5f},
-      {"dsv4 hash", 4096, 256, 6, 4096, 4096, DSK_MOE_SCORE_SQRT_SOFTPLUS, 1, 0, 1, 1.5f},
+      {"dsv4-flash", 1000, 256, 6, 4096, 4096, DSK_MOE_SCORE_SQRT_SOFTPLUS, 0, 0, 1, 1.5f, 0},
+      {"dsv4-pro", 128, 384, 6, 7168, 7168, DSK_MOE_SCORE_SQRT_SOFTPLUS, 0, 0, 1, 2.5f, 0},
+      {"glm-5.1", 1000, 256, 8, 6144, 6144, DSK_MOE_SCORE_SIGMOID, 0, 0, 1, 2.5f, 0},
+      {"dsv4 hash", 4096, 256, 6, 4096, 4096, DSK_MOE_SCORE_SQRT_SOFTPLUS, 1, 0, 1, 1.5f, 0},
+      {"ws dsv4-flash", 1, 256, 6, 4096, 4096, DSK_MOE_SCORE_SQRT_SOFTPLUS, 0, 0, 1, 1.5f, 1},
+      {"ws dsv4-flash", 7, 256, 6, 4096, 4096, DSK_MOE_SCORE_SQRT_SOFTPLUS, 0, 0, 1, 1.5f, 1},
+      {"ws dsv4-flash", 64, 256, 6, 4096, 4096, DSK_MOE_SCORE_SQRT_SOFTPLUS, 0, 0, 1, 1.5f, 1},
+      {"ws dsv4-flash", 1000, 256, 6, 4096, 4096, DSK_MOE_SCORE_SQRT_SOFTPLUS, 0, 0, 1, 1.5f, 1},
+      {"ws dsv4-pro", 1, 384, 6, 7168, 7168, DSK_MOE_SCORE_SQRT_SOFTPLUS, 0, 0, 1, 2.5f, 1},
+      {"ws dsv4-pro", 128, 384, 6, 7168, 7168, DSK_MOE_SCORE_SQRT_SOFTPLUS, 0, 0, 1, 2.5f, 1},
+      {"ws glm-5.1", 1, 256, 8, 6144, 6144, DSK_MOE_SCORE_SIGMOID, 0, 0, 1, 2.5f, 1},
+      {"ws glm-5.1", 64, 256, 8, 6144, 6144, DSK_MOE_SCORE_SIGMOID, 0, 0, 1, 2.5f, 1},
+      {"ws dsv4 hash", 4096, 256, 6, 4096, 4096, DSK_MOE_SCORE_SQRT_SOFTPLUS, 1, 0, 1, 1.5f, 1},
+      /* more than 65535 token tiles of 8: the logits kernel's grid-stride loop */
+      {"ws T 524295 (tile loop)", 524295, 6, 2, 16, 16, DSK_MOE_SCORE_SIGMOID, 0, 0, 1, 1.0f, 1},
   };
   tu_rng r = tu_rng_make(o->seed ^ 0x2047u);
   int rc = 0;
@@ -468,9 +538,19 @@ static int check_route(dsk_ctx *ctx, dsk_ctx *ref, const dsk_check_opts *o, tu_c
     pair_add(&p, NULL, sizeof(int32_t) * (size_t)(T * (K + 1)), 0xAB);
     pair_add(&p, NULL, sizeof(float) * (size_t)(T * (K + 2)), 0xAB);
     pair_add(&p, NULL, 16, 0);
+    /* the workspace dsk_moe_route_plan must ask for, poisoned (its contents never matter) */
+    const int64_t ws_want = k->ws == 1 && !k->logits ? T * E * 8 : 0;
+    pair_add(&p, NULL, (size_t)(ws_want > 0 ? ws_want : 16), 0xFF);
+    int64_t planned = -1;
+    const rt_user u = {k, ws_want > 0 ? ws_want : 16, &planned};
     char what[64];
     snprintf(what, sizeof what, "route %s", k->name);
-    dsk_status st = pair_run(ctx, ref, &p, op_route, k);
+    dsk_status st = pair_run(ctx, ref, &p, op_route, &u);
+    if (k->ws == 1 && planned != ws_want) { /* both contexts answer the same rule */
+      TU_CHECK(c, 0, "moe %s T %lld E %lld: dsk_moe_route_plan gave %lld bytes, want %lld (T * E * 8, 0 with logits)",
+               what, (long long)T, (long long)E, (long long)planned, (long long)ws_want);
+      rc = 1;
+    }
     if (pair_ok(st, what, c, log)) {
       const int32_t *i0 = p.got[0][6], *i1 = p.got[1][6];
       const float *w0 = p.got[0][7], *w1 = p.got[1][7];
@@ -489,15 +569,27 @@ static int check_route(dsk_ctx *ctx, dsk_ctx *ref, const dsk_check_opts *o, tu_c
         }
         gap_bad += i0[t * (K + 1) + K] != i1[t * (K + 1) + K]; /* stride gaps untouched */
       }
-      const int ok = id_bad == 0 && wrel <= 1e-6 && gap_bad == 0 && c0[0] == c1[0] && c0[1] == c1[1];
+      /* with a workspace: a second run on ctx gives the same bits (ids,
+       * weights, counters and the workspace itself: fp64 logits on CUDA) */
+      int64_t rerun_bad = 0;
+      if (k->ws == 1) {
+        void *again[MC_MAXB] = {0};
+        const dsk_status s2 = side_run(ctx, &p, op_route, &u, again);
+        TU_CHECK(c, s2 == DSK_STATUS_OK, "moe %s: second run: %s: %s", what, dsk_status_name(s2), dsk_last_error());
+        for (int j = 6; j <= 9; j++)
+          rerun_bad += s2 != DSK_STATUS_OK || !again[j] || memcmp(again[j], p.got[0][j], p.bytes[j]) != 0;
+        for (int j = 0; j < p.n; j++) free(again[j]);
+      }
+      const int ok = id_bad == 0 && wrel <= 1e-6 && gap_bad == 0 && c0[0] == c1[0] && c0[1] == c1[1] && rerun_bad == 0;
       TU_CHECK(c, ok, "moe %s T %lld E %lld top-%lld: %lld ids differ, weights %lld not bit-exact (max rel %.2e > 1e-6?), "
-               "%lld gaps written, counters %lld/%lld vs %lld/%lld", what, (long long)T, (long long)E, (long long)K,
-               (long long)id_bad, (long long)w_bits, wrel, (long long)gap_bad, (long long)c0[0], (long long)c0[1],
-               (long long)c1[0], (long long)c1[1]);
-      fprintf(log, "moe %-26s T %4lld E %4lld top-%-2lld H %4lld: ids %s, weights %s (max rel %.1e), counters %lld %lld %s\n",
+               "%lld gaps written, counters %lld/%lld vs %lld/%lld, %lld buffers differ in a second run", what,
+               (long long)T, (long long)E, (long long)K, (long long)id_bad, (long long)w_bits, wrel, (long long)gap_bad,
+               (long long)c0[0], (long long)c0[1], (long long)c1[0], (long long)c1[1], (long long)rerun_bad);
+      fprintf(log, "moe %-30s T %6lld E %4lld top-%-2lld H %4lld: ids %s, weights %s (max rel %.1e), counters %lld %lld%s %s\n",
               what, (long long)T, (long long)E, (long long)K, (long long)(k->logits ? 0 : H),
               id_bad ? "DIFFERENT" : "equal", w_bits ? "within 1e-6" : "bit-exact", wrel, (long long)c0[0],
-              (long long)c0[1], ok ? "ok" : "FAIL");
+              (long long)c0[1], k->ws == 1 ? (rerun_bad ? ", rerun DIFFERENT" : ", rerun identical") : "",
+              ok ? "ok" : "FAIL");
       rc |= !ok;
     } else if (st != DSK_STATUS_UNSUPPORTED) {
       rc = 1;
@@ -1296,6 +1388,45 @@ static int check_bad_inputs(dsk_ctx *ctx, tu_counts *c, FILE *log) {
   ro.topk = 2;
   ro.router = DSK_MOE_ROUTER_HASH;
   rc |= expect_bad(c, log, dsk_moe_route(ctx, &ro), "hash router without tid2eid", "tid2eid");
+  /* the router workspace (dsk_moe_route_plan: T * E * 8 bytes with x) */
+  {
+    dsk_moe_route_desc rw;
+    memset(&rw, 0, sizeof rw);
+    rw.struct_size = sizeof rw;
+    rw.T = 4; rw.E = 8; rw.topk = 2; rw.score = DSK_MOE_SCORE_SIGMOID; rw.router = DSK_MOE_ROUTER_SCORED;
+    rw.H = 256; rw.x = A; rw.x_stride = 256; rw.gate_w = B; rw.renormalize = 1; rw.routed_scaling_factor = 1.0f;
+    rw.ids = mind; rw.ids_stride = 2; rw.weights = (float *)sfb; rw.weights_stride = 2;
+    const int64_t need = 4 * 8 * 8;
+    dsk_plan_info rp;
+    memset(&rp, 0, sizeof rp);
+    rp.struct_size = sizeof rp;
+    dsk_status ps = dsk_moe_route_plan(ctx, &rw, &rp);
+    const int plan_ok = ps == DSK_STATUS_OK && rp.workspace_bytes == need;
+    TU_CHECK(c, plan_ok, "moe route plan: %s, %lld bytes (want %lld)", dsk_status_name(ps), (long long)rp.workspace_bytes,
+             (long long)need);
+    rc |= !plan_ok;
+    dsk_moe_route_desc rl = rw;
+    rl.logits = (const float *)D; rl.logits_stride = 8;
+    ps = dsk_moe_route_plan(ctx, &rl, &rp);
+    TU_CHECK(c, ps == DSK_STATUS_OK && rp.workspace_bytes == 0, "moe route plan with logits: %s, %lld bytes (want 0)",
+             dsk_status_name(ps), (long long)rp.workspace_bytes);
+    rc |= !(ps == DSK_STATUS_OK && rp.workspace_bytes == 0);
+    rl = rw;
+    rl.topk = 9;
+    rc |= expect_bad(c, log, dsk_moe_route_plan(ctx, &rl, &rp), "route plan: topk > E", "topk");
+    rl = rw;
+    rl.workspace = D; rl.workspace_bytes = need - 8;
+    rc |= expect_bad(c, log, dsk_moe_route(ctx, &rl), "route workspace too small", "workspace_bytes");
+    rl.workspace_bytes = -1;
+    rc |= expect_bad(c, log, dsk_moe_route(ctx, &rl), "route workspace_bytes < 0", "workspace_bytes");
+    rl.workspace = (uint8_t *)D + 8; rl.workspace_bytes = need;
+    rc |= expect_bad(c, log, dsk_moe_route(ctx, &rl), "route workspace misaligned", "aligned");
+    rl.workspace = mind; rl.workspace_bytes = M * 4;
+    rc |= expect_bad(c, log, dsk_moe_route(ctx, &rl), "route workspace overlapping ids", "overlaps ids");
+    rl = rw;
+    rl.struct_size = offsetof(dsk_moe_route_desc, workspace) - 8;
+    rc |= expect_bad(c, log, dsk_moe_route(ctx, &rl), "route struct_size below the old size", "struct_size");
+  }
 
   dsk_swiglu_quant_desc s;
   memset(&s, 0, sizeof s);
@@ -1305,7 +1436,7 @@ static int check_bad_inputs(dsk_ctx *ctx, tu_counts *c, FILE *log) {
   s.I = 128; s.D1_stride = 256; s.q_stride = 128; s.limit = -1.0f;
   rc |= expect_bad(c, log, dsk_swiglu_quant(ctx, &s), "negative limit", "limit");
   mc_free(&b);
-  fprintf(log, "moe bad inputs (misaligned BLOCK_M, scale shapes, A_used, workspace, topk, limit): %s\n",
+  fprintf(log, "moe bad inputs (misaligned BLOCK_M, scale shapes, A_used, workspace, topk, router workspace, limit): %s\n",
           rc ? "SOME ACCEPTED" : "all rejected");
   return rc;
 }
