@@ -233,12 +233,18 @@ struct Cfg {
    * registers for <= 256 threads; checked spill-free on sm_120a):
    *   BM 128: BN 64, 128: 32 x BN/2 (8 warps); BN 256: MXFP4 32 x 64
    *           (16 warps), FP8 64 x 64 (8 warps)
-   *   BM 64:  32 x BN/4 (8 warps); FP8 BN 256: 16 x 128 (8 warps)
+   *   BM 64:  64 x 16 (BN/16 warps: the SK layout below, both paths)
    *   BM 32, 16: BM x BN/4 (4 warps), BN 256: BM x 32 (8 warps)
    * f16 path (sm_90: 128 registers so that two 256-thread CTAs fit an SM):
-   *   at most 32 x 32 per warp and 16 warps; BM 128 x BN 256: 32 x 128
+   *   at most 32 x 32 per warp and 16 warps (BM 64: 64 x 16); BM 128 x BN 256: 32 x 128
    *   (8 warps, up to 255 registers, one CTA per SM) */
-  static constexpr int WMT = (!F16 && !MX && BN == 256) ? (BM == 128 ? 64 : BM == 64 ? 16 : BM) : BM >= 32 ? 32 : BM;
+  /* BLOCK_M 64 is the decode shape: one warp row of 64 x 16 per warp (SK),
+   * so each B value is converted once per CTA and a block with a few live
+   * rows does its A work for one m16 slice only (see the header comment) */
+  static constexpr bool SK = BM == 64;
+  static constexpr int WMT = SK ? 64
+                             : (!F16 && !MX && BN == 256) ? (BM == 128 ? 64 : BM)
+                             : BM >= 32 ? 32 : BM;
   static constexpr int MT = WMT / 16; /* m16 slices per warp */
   static constexpr int WM = BM / WMT;
   static constexpr int WN_E4M3 = BM == 128 ? (BN == 256 ? 4 : 2)
@@ -247,7 +253,7 @@ struct Cfg {
   static constexpr bool F16_WIDE = F16 && BM == 128 && BN == 256;
   static constexpr int WN_F16 =
       F16_WIDE ? 2 : BN == 64 ? (WM >= 2 ? 2 : 4) : (BN / 32 < 16 / WM ? BN / 32 : 16 / WM);
-  static constexpr int WN = F16 ? WN_F16 : WN_E4M3;
+  static constexpr int WN = SK ? BN / 16 : F16 ? WN_F16 : WN_E4M3;
   static constexpr int WNT = BN / WN; /* warp tile columns */
   static constexpr int NT8 = WNT / 8;
   static constexpr int JG = NT8 % 4 == 0 ? 4 : 2; /* n8 tiles per ldmatrix (x4 / x2) */
@@ -389,83 +395,123 @@ __device__ __forceinline__ void moe_gemm_body(const GemmArgs &p) {
       const int sh = 8 * (kt & 3); /* byte of this K tile in the 1x128 / 128x128 scale words */
 
       /* activation scales of the thread's rows for this K tile (x 2^6 for MXFP4) */
-      float sa[C::MT][2];
+      float sa[C::MT][2]; /* live slices only (the others are never read) */
 #pragma unroll
-      for (int i = 0; i < C::MT; i++)
+      for (int i = 0; i < C::MT; i++) {
+        sa[i][0] = sa[i][1] = 0.f;
+        if (!((live16 >> i) & 1u)) continue; /* warp-uniform */
 #pragma unroll
         for (int h = 0; h < 2; h++) {
           const float v = ue8m0_exact((sSa[wm * C::WMT + 16 * i + g + 8 * h] >> sh) & 0xFFu);
           sa[i][h] = MX ? v * kMxFold<F16> : v; /* MX: undo the power of two of the e2m1 encoding */
         }
+      }
+
+      /* e4m3: a[0] = {a0..a3}; f16: a[h] = operands of the h-th k16 MMA */
+      using AFrag = uint32_t[F16 ? 2 : 1][4];
+      /* e4m3: b[0] = {b0, b1}; f16: b[h] = b0, b1 of the h-th k16 MMA */
+      using BFrag = uint32_t[2][2];
+      /* A fragments of m16 slice i, K values 32s + 8t .. 32s + 8t + 7 (order above) */
+      auto load_a = [&](int i, int s, AFrag &a) {
+#pragma unroll
+        for (int h = 0; h < 2; h++) { /* row g, row g + 8 */
+          const int r = wm * C::WMT + 16 * i + g + 8 * h;
+          const uint2 v = *reinterpret_cast<const uint2 *>(sA + swz128(r, 2 * s + (t >> 1)) + 8 * (t & 1));
+          if constexpr (F16) {
+            a_frag_f16<MX>(v, a[0][h], a[0][2 + h], a[F16 ? 1 : 0][h], a[F16 ? 1 : 0][2 + h]);
+          } else {
+            a[0][h] = __byte_perm(v.x, v.y, 0x6420);
+            a[0][2 + h] = __byte_perm(v.x, v.y, 0x7531);
+          }
+        }
+      };
+      /* MX: w[q] = bytes 4t..4t+3 of block s of row (n8 tile jq+q) * 8 + g */
+      auto load_w = [&](int jq, int s, uint32_t (&w)[4]) {
+        if (MX) {
+          const int rr = wn * C::WNT + 8 * (jq + ((lane >> 3) & (C::JG - 1))) + (lane & 7);
+          const uint32_t addr = dsk_ptx::smem_u32(sB + swz64(rr, s));
+          if (C::JG == 4) ldsm_x4(w, addr);
+          else ldsm_x2(w, addr);
+        }
+      };
+      /* B fragments of n8 tile j (MX: from its word wq) and the scales of its columns nl+2t, nl+2t+1 */
+      auto load_b = [&](int j, int s, uint32_t wq, BFrag &b, float &sb0, float &sb1) {
+        const int nl = wn * C::WNT + 8 * j;
+        if constexpr (F16) {
+          if (MX) {
+            b_frag_mx_f16(wq, b[0][0], b[0][1], b[1][0], b[1][1]);
+          } else {
+            const uint2 v = *reinterpret_cast<const uint2 *>(sB + swz128(nl + g, 2 * s + (t >> 1)) + 8 * (t & 1));
+            a_frag_f16<false>(v, b[0][0], b[0][1], b[1][0], b[1][1]);
+          }
+        } else {
+          if (MX) {
+            b[0][0] = e2m1_lo_to_e4m3(wq);
+            b[0][1] = e2m1_hi_to_e4m3(wq);
+          } else {
+            const uint2 v = *reinterpret_cast<const uint2 *>(sB + swz128(nl + g, 2 * s + (t >> 1)) + 8 * (t & 1));
+            b[0][0] = __byte_perm(v.x, v.y, 0x6420);
+            b[0][1] = __byte_perm(v.x, v.y, 0x7531);
+          }
+        }
+        const uint2 sbw = lds64_nocse(sSb + nl + 2 * t);
+        sb0 = MX ? ue8m0_fast((sbw.x >> (8 * s)) & 0xFFu) : ue8m0_exact((sbw.x >> sh) & 0xFFu);
+        sb1 = MX ? ue8m0_fast((sbw.y >> (8 * s)) & 0xFFu) : ue8m0_exact((sbw.y >> sh) & 0xFFu);
+      };
+      /* one k32 step of tile (i, j), folded into the accumulator with both scales */
+      auto mma_fold = [&](int i, int j, const AFrag &a, const BFrag &b, float sb0, float sb1) {
+        float d[4] = {0.f, 0.f, 0.f, 0.f};
+        if constexpr (F16) {
+          dsk_ptx::mma_f16(d, a[0], b[0][0], b[0][1]);
+          dsk_ptx::mma_f16(d, a[F16 ? 1 : 0], b[1][0], b[1][1]);
+        } else {
+          mma_e4m3(d, a[0], b[0][0], b[0][1]);
+        }
+        acc[i][j][0] = fmaf(d[0], sa[i][0] * sb0, acc[i][j][0]);
+        acc[i][j][1] = fmaf(d[1], sa[i][0] * sb1, acc[i][j][1]);
+        acc[i][j][2] = fmaf(d[2], sa[i][1] * sb0, acc[i][j][2]);
+        acc[i][j][3] = fmaf(d[3], sa[i][1] * sb1, acc[i][j][3]);
+      };
 
 #pragma unroll
       for (int s = 0; s < 4; s++) { /* k32 step = MX block s of the tile */
-        /* A fragments of the thread's rows, K values 32s + 8t .. 32s + 8t + 7 (order above) */
-        /* e4m3: a[i][0] = {a0..a3}; f16: a[i][h] = operands of the h-th k16 MMA */
-        uint32_t a[C::MT][F16 ? 2 : 1][4];
+        if constexpr (C::SK) {
+          /* one warp row: the B fragments of the warp's n8 tiles once, then
+           * each live m16 slice (A loaded, converted and used in turn) */
+          BFrag b[C::NT8];
+          float sb[C::NT8][2];
 #pragma unroll
-        for (int i = 0; i < C::MT; i++) {
-          if (!((live16 >> i) & 1u)) continue; /* warp-uniform; a[i] unused then */
+          for (int jq = 0; jq < C::NT8; jq += C::JG) {
+            uint32_t w[4];
+            load_w(jq, s, w);
 #pragma unroll
-          for (int h = 0; h < 2; h++) { /* row g, row g + 8 */
-            const int r = wm * C::WMT + 16 * i + g + 8 * h;
-            const uint2 v = *reinterpret_cast<const uint2 *>(sA + swz128(r, 2 * s + (t >> 1)) + 8 * (t & 1));
-            if constexpr (F16) {
-              a_frag_f16<MX>(v, a[i][0][h], a[i][0][2 + h], a[i][F16 ? 1 : 0][h], a[i][F16 ? 1 : 0][2 + h]);
-            } else {
-              a[i][0][h] = __byte_perm(v.x, v.y, 0x6420);
-              a[i][0][2 + h] = __byte_perm(v.x, v.y, 0x7531);
-            }
-          }
-        }
-#pragma unroll
-        for (int jq = 0; jq < C::NT8; jq += C::JG) {
-          uint32_t w[4]; /* MX: w[q] = bytes 4t..4t+3 of block s of row (n8 tile jq+q) * 8 + g */
-          if (MX) {
-            const int rr = wn * C::WNT + 8 * (jq + ((lane >> 3) & (C::JG - 1))) + (lane & 7);
-            const uint32_t addr = dsk_ptx::smem_u32(sB + swz64(rr, s));
-            if (C::JG == 4) ldsm_x4(w, addr);
-            else ldsm_x2(w, addr);
+            for (int q = 0; q < C::JG; q++) load_b(jq + q, s, w[q], b[jq + q], sb[jq + q][0], sb[jq + q][1]);
           }
 #pragma unroll
-          for (int q = 0; q < C::JG; q++) {
-            const int j = jq + q;
-            const int nl = wn * C::WNT + 8 * j;
-            uint32_t b[2][2]; /* e4m3: b[0] = {b0, b1}; f16: b[h] = b0, b1 of the h-th k16 MMA */
-            if constexpr (F16) {
-              if (MX) {
-                b_frag_mx_f16(w[q], b[0][0], b[0][1], b[1][0], b[1][1]);
-              } else {
-                const uint2 v = *reinterpret_cast<const uint2 *>(sB + swz128(nl + g, 2 * s + (t >> 1)) + 8 * (t & 1));
-                a_frag_f16<false>(v, b[0][0], b[0][1], b[1][0], b[1][1]);
-              }
-            } else {
-              if (MX) {
-                b[0][0] = e2m1_lo_to_e4m3(w[q]);
-                b[0][1] = e2m1_hi_to_e4m3(w[q]);
-              } else {
-                const uint2 v = *reinterpret_cast<const uint2 *>(sB + swz128(nl + g, 2 * s + (t >> 1)) + 8 * (t & 1));
-                b[0][0] = __byte_perm(v.x, v.y, 0x6420);
-                b[0][1] = __byte_perm(v.x, v.y, 0x7531);
-              }
-            }
-            const uint2 sbw = lds64_nocse(sSb + nl + 2 * t); /* scale words of columns nl+2t, nl+2t+1 */
-            const float sb0 = MX ? ue8m0_fast((sbw.x >> (8 * s)) & 0xFFu) : ue8m0_exact((sbw.x >> sh) & 0xFFu);
-            const float sb1 = MX ? ue8m0_fast((sbw.y >> (8 * s)) & 0xFFu) : ue8m0_exact((sbw.y >> sh) & 0xFFu);
+          for (int i = 0; i < C::MT; i++) {
+            if (!((live16 >> i) & 1u)) continue; /* warp-uniform */
+            AFrag a;
+            load_a(i, s, a);
 #pragma unroll
-            for (int i = 0; i < C::MT; i++) {
-              if (!((live16 >> i) & 1u)) continue;
-              float d[4] = {0.f, 0.f, 0.f, 0.f};
-              if constexpr (F16) {
-                dsk_ptx::mma_f16(d, a[i][0], b[0][0], b[0][1]);
-                dsk_ptx::mma_f16(d, a[i][F16 ? 1 : 0], b[1][0], b[1][1]);
-              } else {
-                mma_e4m3(d, a[i][0], b[0][0], b[0][1]);
-              }
-              acc[i][j][0] = fmaf(d[0], sa[i][0] * sb0, acc[i][j][0]);
-              acc[i][j][1] = fmaf(d[1], sa[i][0] * sb1, acc[i][j][1]);
-              acc[i][j][2] = fmaf(d[2], sa[i][1] * sb0, acc[i][j][2]);
-              acc[i][j][3] = fmaf(d[3], sa[i][1] * sb1, acc[i][j][3]);
+            for (int j = 0; j < C::NT8; j++) mma_fold(i, j, a, b[j], sb[j][0], sb[j][1]);
+          }
+        } else {
+          AFrag a[C::MT];
+#pragma unroll
+          for (int i = 0; i < C::MT; i++)
+            if ((live16 >> i) & 1u) load_a(i, s, a[i]); /* warp-uniform; a[i] unused otherwise */
+#pragma unroll
+          for (int jq = 0; jq < C::NT8; jq += C::JG) {
+            uint32_t w[4];
+            load_w(jq, s, w);
+#pragma unroll
+            for (int q = 0; q < C::JG; q++) {
+              BFrag b;
+              float sb0, sb1;
+              load_b(jq + q, s, w[q], b, sb0, sb1);
+#pragma unroll
+              for (int i = 0; i < C::MT; i++)
+                if ((live16 >> i) & 1u) mma_fold(i, jq + q, a[i], b, sb0, sb1);
             }
           }
         }
