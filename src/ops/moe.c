@@ -348,16 +348,16 @@ static dsk_status route_copy(const dsk_ctx *ctx, const dsk_moe_route_desc *d, ds
 
 /* The router workspace (fp64 logits [T, E]) when logits are computed from
  * x; the same rule on every backend (the CPU backends ignore it). */
+static int64_t route_ws_bytes(int64_t T, int64_t E) { return T * E * (int64_t)sizeof(double); }
 static int64_t route_ws_need(const dsk_moe_route_desc *d) {
-  return d->logits || d->T <= 0 ? 0 : d->T * d->E * (int64_t)sizeof(double);
+  return d->logits || d->T <= 0 ? 0 : route_ws_bytes(d->T, d->E);
 }
 
 /* d: a full-size copy (route_copy). run: the workspace fields are checked
  * too (a plan call ignores them). */
 static dsk_status route_validate(const dsk_ctx *ctx, const dsk_moe_route_desc *d, int run) {
-  const char *op = OP_ROUTE;
-  TRY(check_ctx_desc(ctx, d, op));
-  TRY(check_struct(op, d->struct_size, sizeof *d, "dsk_moe_route_desc"));
+  const char *op = OP_ROUTE; /* ctx, desc and struct_size: checked by route_copy */
+  (void)ctx;
   TRY(check_count(op, "T", d->T));
   if (d->T == 0) return DSK_STATUS_OK;
   TRY(check_size(op, "E", d->E, 1, DSK_MOE_MAX_EXPERTS, 1, NULL));
@@ -928,7 +928,7 @@ void dsk__moe_ws_layout(const dsk_ctx *ctx, const dsk_moe_desc *d, int64_t T, ds
   /* D1, then D2; before them (step 1 of dsk_moe_run) the router's
    * workspace, fp64 logits [T, E] (route_ws_need), which is consumed before
    * FC1 writes D1 */
-  const int64_t d_bytes = ms * (2 * I > H ? 2 * I : H) * 2, r_bytes = T * d->E * (int64_t)sizeof(double);
+  const int64_t d_bytes = ms * (2 * I > H ? 2 * I : H) * 2, r_bytes = route_ws_bytes(T, d->E);
   REGION(D, d_bytes > r_bytes ? d_bytes : r_bytes);
   REGION(sfa2, dsk_sf_packed_words(1, ms, I / 128) * 4);
   w->perm_bytes = 2 * d->E_local * (int64_t)sizeof(int64_t);
@@ -1123,7 +1123,7 @@ dsk_status dsk_moe_run(dsk_ctx *ctx, const dsk_moe_desc *d) {
     r.ids = ids; r.ids_stride = K; r.weights = wts; r.weights_stride = K;
     r.counters = cnt(d, DSK_MOE_CNT_ROUTE_BAD_TOKEN);
     r.workspace = Dbuf; /* the D region is free until FC1 (dsk__moe_ws_layout) */
-    r.workspace_bytes = T * d->E * (int64_t)sizeof(double);
+    r.workspace_bytes = route_ws_bytes(T, d->E);
     TRY(dsk_moe_route(ctx, &r));
     use_ids = ids;
     use_w = wts;

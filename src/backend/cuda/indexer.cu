@@ -129,7 +129,7 @@ struct LogitsParams {
   const uint8_t *base;
   int64_t pbs, page_stride, num_pages;
   uint32_t pbs32;  /* min(pbs, 2^31): exact divisor for s < 2^31 */
-  int pbs_shift;   /* log2(pbs) when pbs is a power of two below 2^31, else -1 */
+  int pbs_shift;   /* log2(pbs32) when it is a power of two, else -1 (dsk__page_divisor) */
   float *out;
   int64_t out_st;
   int64_t ctx_width, T, chunk, skip_le;
@@ -1185,10 +1185,7 @@ extern "C" dsk_status dsk__cuda_indexer_logits(dsk_ctx *ctx, const dsk_indexer_l
   p.pbs = d->cache.pbs;
   p.page_stride = d->cache.page_stride;
   p.num_pages = d->cache.num_pages;
-  p.pbs32 = p.pbs < ((int64_t)1 << 31) ? (uint32_t)p.pbs : (1u << 31);
-  p.pbs_shift = -1;
-  for (int b = 0; b < 31; b++)
-    if (p.pbs == ((int64_t)1 << b)) p.pbs_shift = b;
+  dsk__page_divisor(p.pbs, &p.pbs32, &p.pbs_shift);
   p.out = d->out;
   p.out_st = d->out_stride_t;
   p.ctx_width = d->ctx_width;

@@ -498,15 +498,10 @@ __global__ void __launch_bounds__(RouteCfg<TB>::threads, 1) route_kernel(RoutePa
   asm volatile("griddepcontrol.wait;\n" ::: "memory");
 
   /* ---- 1. logits */
-  if (p.logits) {
+  if (p.logits || p.zws) { /* the given fp32 logits, or route_logits_kernel's fp64 ones */
     for (int i = tid; i < nt * E; i += kRouteThreads) {
       const int t = i / E, e = i - t * E;
-      z[i] = (double)p.logits[(t0 + t) * p.logits_stride + e];
-    }
-  } else if (p.zws) {
-    for (int i = tid; i < nt * E; i += kRouteThreads) {
-      const int t = i / E, e = i - t * E;
-      z[i] = p.zws[(t0 + t) * p.E + e];
+      z[i] = p.logits ? (double)p.logits[(t0 + t) * p.logits_stride + e] : p.zws[(t0 + t) * p.E + e];
     }
   } else {
     uint16_t *xs = (uint16_t *)(smem + route_z_bytes(TB, E));
@@ -1124,16 +1119,13 @@ extern "C" dsk_status dsk__cuda_moe_route(dsk_ctx *ctx, const dsk_moe_route_desc
     DSK_CUDA_LAUNCHED("moe_route (logits)");
   }
   const bool vec = !staged && p.H % 8 == 0 && aligned16(d->gate_w);
-  cudaError_t e = cudaSuccess;
+  const unsigned nb = (unsigned)blocks;
   switch (tb) {
-    case 1: e = launch_route<1>(vec, ws, smem, (unsigned)blocks, st, p); break;
-    case 2: e = launch_route<2>(vec, ws, smem, (unsigned)blocks, st, p); break;
-    case 4: e = launch_route<4>(vec, ws, smem, (unsigned)blocks, st, p); break;
-    default: e = launch_route<8>(vec, ws, smem, (unsigned)blocks, st, p); break;
+    case 1: DSK_CUDA_TRY("moe_route (selection)", launch_route<1>(vec, ws, smem, nb, st, p)); break;
+    case 2: DSK_CUDA_TRY("moe_route (selection)", launch_route<2>(vec, ws, smem, nb, st, p)); break;
+    case 4: DSK_CUDA_TRY("moe_route (selection)", launch_route<4>(vec, ws, smem, nb, st, p)); break;
+    default: DSK_CUDA_TRY("moe_route (selection)", launch_route<8>(vec, ws, smem, nb, st, p)); break;
   }
-  if (e != cudaSuccess)
-    return dsk__fail(DSK_STATUS_DEVICE, "moe_route: selection launch failed: %s (%s)", cudaGetErrorString(e),
-                     cudaGetErrorName(e));
   DSK_CUDA_LAUNCHED("moe_route");
   return DSK_STATUS_OK;
 }

@@ -125,11 +125,7 @@ dsk_status launch(dsk_ctx *ctx, const dsk_sparse_mla_desc *d, const dsk_tactic *
     const dsk_sparse_mla_segment &sg = d->seg[i];
     p.seg[i].base = (const uint8_t *)sg.cache.base;
     p.seg[i].pbs = sg.cache.pbs;
-    p.seg[i].pbs32 = sg.cache.pbs > (int64_t)0x80000000LL ? 0x80000000u : (uint32_t)sg.cache.pbs;
-    p.seg[i].pbs_log2 = -1;
-    if ((p.seg[i].pbs32 & (p.seg[i].pbs32 - 1u)) == 0u)
-      for (int b = 0; b < 32; b++)
-        if (p.seg[i].pbs32 == (1u << b)) p.seg[i].pbs_log2 = b;
+    dsk__page_divisor(sg.cache.pbs, &p.seg[i].pbs32, &p.seg[i].pbs_log2);
     p.seg[i].page_stride = sg.cache.page_stride;
     p.seg[i].cap = sg.cache.num_pages * sg.cache.pbs;
     p.seg[i].slots = sg.slots;
