@@ -69,14 +69,6 @@ static double op_bytes(int op, int64_t T, int64_t D) {
   }
 }
 
-/* Random host data of n elements: a block of normals repeated (filling
- * hundreds of MiB one normal at a time would take seconds). */
-static void fill_bf16(tu_rng *rng, dsk_bf16 *p, size_t n, double sigma) {
-  const size_t blk = n < ((size_t)1 << 20) ? n : ((size_t)1 << 20) + 13;
-  tu_fill_bf16_normal(rng, p, blk, sigma);
-  for (size_t i = blk; i < n; i += blk) memcpy(p + i, p, sizeof *p * (n - i < blk ? n - i : blk));
-}
-
 /* Device buffers of one model, sized for the largest T of the run. */
 typedef struct mhc_bufs {
   dsk_bf16 *R, *out, *y, *yn, *Ro, *h;
@@ -114,8 +106,8 @@ static dsk_status bufs_make(dsk_ctx *ctx, tu_rng *rng, int64_t D, int64_t Tmax, 
   float scale[3] = {1.0f, 1.0f, 0.25f}, base[24], hscale[1] = {1.0f}, hbase[4];
   if (!R || !out || !fn || !hfn || !nw) st = DSK_STATUS_OUT_OF_MEMORY;
   if (st == DSK_STATUS_OK) {
-    fill_bf16(rng, R, (size_t)(Tmax * nD), 1.0);
-    fill_bf16(rng, out, (size_t)(Tmax * D), 1.0);
+    tu_fill_bf16_normal_rep(rng, R, (size_t)(Tmax * nD), 1.0);
+    tu_fill_bf16_normal_rep(rng, out, (size_t)(Tmax * D), 1.0);
     for (int64_t i = 0; i < 24 * nD; i++) fn[i] = (float)(tu_normal(rng) / sqrt((double)nD));
     for (int64_t i = 0; i < 4 * nD; i++) hfn[i] = (float)(tu_normal(rng) / sqrt((double)nD));
     for (int64_t i = 0; i < D; i++) nw[i] = (float)(0.5 + tu_uniform(rng));

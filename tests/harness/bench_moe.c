@@ -374,9 +374,7 @@ static dsk_status dev_make(dsk_ctx *ctx, const moe_model *m, int quick, int64_t 
   if (st == DSK_STATUS_OK) {
     tu_fill_bf16_normal(rng, gate, (size_t)(E * H), 1.0 / sqrt((double)H));
     /* x: a block of normals repeated (large T) */
-    const int64_t blk = Tmax * H < (1 << 20) ? Tmax * H : (1 << 20) + 13;
-    tu_fill_bf16_normal(rng, x, (size_t)blk, 1.0);
-    for (int64_t i = blk; i < Tmax * H; i += blk) memcpy(x + i, x, sizeof *x * (size_t)(Tmax * H - i < blk ? Tmax * H - i : blk));
+    tu_fill_bf16_normal_rep(rng, x, (size_t)(Tmax * H), 1.0);
     for (int64_t e = 0; e < E; e++) bias[e] = (float)(tu_uniform(rng) * 0.05);
   }
   v->gate = bm_put(&v->m, gate, sizeof(dsk_bf16) * (size_t)(E * H), &st);

@@ -1765,9 +1765,7 @@ static int check_case(dsk_ctx *ctx, dsk_ctx *ref, int same, const mc_case *cs, c
     float *w_in = mode != MC_ROUTER ? mc_host(sizeof(float) * (size_t)(T * K)) : NULL;
     double *a = mc_host(sizeof(double) * (size_t)((Tc ? Tc : 1) * H)), *bref = mc_host(sizeof(double) * (size_t)((Tc ? Tc : 1) * H));
     /* x: a block of normals repeated for large T */
-    const int64_t blk = T * H < (1 << 20) ? T * H : (1 << 20) + 13;
-    tu_fill_bf16_normal(&r, x, (size_t)blk, 1.0);
-    for (int64_t i = blk; i < T * H; i += blk) memcpy(x + i, x, sizeof *x * (size_t)(T * H - i < blk ? T * H - i : blk));
+    tu_fill_bf16_normal_rep(&r, x, (size_t)(T * H), 1.0);
     int64_t nbad = 0;
     if (mode != MC_ROUTER) make_ids(&r, cs, off, mode, T, ids_in, w_in, &nbad);
     int64_t cnt[DSK_MOE_NUM_COUNTERS] = {0}, cntr[DSK_MOE_NUM_COUNTERS] = {0};

@@ -41,6 +41,14 @@ static inline double tu_normal(tu_rng *r) {
 static inline void tu_fill_bf16_normal(tu_rng *r, dsk_bf16 *p, size_t n, double sigma) {
   for (size_t i = 0; i < n; i++) p[i] = dsk_bf16_from_f32((float)(tu_normal(r) * sigma));
 }
+/* n normals from a block of at most 2^20 + 13 (an odd period, so rows do
+ * not repeat in step) copied over the rest: filling hundreds of MiB one
+ * normal at a time would take seconds. */
+static inline void tu_fill_bf16_normal_rep(tu_rng *r, dsk_bf16 *p, size_t n, double sigma) {
+  const size_t rep = ((size_t)1 << 20) + 13, blk = n < rep ? n : rep;
+  tu_fill_bf16_normal(r, p, blk, sigma);
+  for (size_t i = blk; i < n; i += blk) memcpy(p + i, p, sizeof *p * (n - i < blk ? n - i : blk));
+}
 /* Fisher-Yates: a random permutation of 0..n-1 */
 static inline void tu_permutation(tu_rng *r, int64_t *p, int64_t n) {
   for (int64_t i = 0; i < n; i++) p[i] = i;
