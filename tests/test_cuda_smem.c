@@ -40,6 +40,17 @@ int main(void) {
     }
     printf("format %s: %ld bytes of shared memory per CTA (limit %d)\n", f == 1 ? "A656" : "B584", bytes,
            DSK_SM120_SMEM_LIMIT);
+    /* the 8-warp configuration of the 16-head kernel: only the partial-score
+     * region grows */
+    const long b8 = DSK_MLA_SMEM_BYTES_W(f, DSK_MLA_WARPS8);
+    TU_CHECK(&c, b8 <= DSK_SM120_SMEM_LIMIT, "format %d, 8 warps: %ld B > %d", f, b8, DSK_SM120_SMEM_LIMIT);
+    TU_CHECK(&c, DSK_MLA_OFF_RED_W(f, DSK_MLA_WARPS8) % 16 == 0 && DSK_MLA_OFF_VALID_W(f, DSK_MLA_WARPS8) % 16 == 0,
+             "format %d, 8 warps: misaligned region", f);
+    TU_CHECK(&c, DSK_MLA_OFF_RED_W(f, DSK_MLA_WARPS8) - DSK_MLA_OFF_P(f) ==
+                     (long)DSK_MLA_WARPS8 * DSK_MLA_HEADS * DSK_MLA_P_STRIDE * 4,
+             "format %d, 8 warps: partial-score region", f);
+    printf("format %s: %ld bytes of shared memory per 8-warp CTA (limit %d)\n", f == 1 ? "A656" : "B584", b8,
+           DSK_SM120_SMEM_LIMIT);
     /* the 32-head kernel */
     const long b32 = DSK_MLA32_SMEM_BYTES(f);
     TU_CHECK(&c, b32 <= DSK_SM120_SMEM_LIMIT, "format %d, 32 heads: %ld B > %d", f, b32, DSK_SM120_SMEM_LIMIT);
@@ -56,8 +67,10 @@ int main(void) {
            DSK_SM120_SMEM_LIMIT);
   }
 #ifdef DSK_HAVE_CUDA
-  TU_CHECK(&c, dsk__cuda_sparse_mla_smem_bytes(DSK_KV_FORMAT_A656, 16) == DSK_MLA_SMEM_BYTES(1), "A mismatch");
-  TU_CHECK(&c, dsk__cuda_sparse_mla_smem_bytes(DSK_KV_FORMAT_B584, 16) == DSK_MLA_SMEM_BYTES(2), "B mismatch");
+  TU_CHECK(&c, dsk__cuda_sparse_mla_smem_bytes(DSK_KV_FORMAT_A656, 16) == DSK_MLA_SMEM_BYTES_W(1, DSK_MLA_WARPS8),
+           "A mismatch (the 16-head kernel reports its larger, 8-warp configuration)");
+  TU_CHECK(&c, dsk__cuda_sparse_mla_smem_bytes(DSK_KV_FORMAT_B584, 16) == DSK_MLA_SMEM_BYTES_W(2, DSK_MLA_WARPS8),
+           "B mismatch (the 16-head kernel reports its larger, 8-warp configuration)");
   TU_CHECK(&c, dsk__cuda_sparse_mla_smem_bytes(DSK_KV_FORMAT_A656, 32) == DSK_MLA32_SMEM_BYTES(1), "A32 mismatch");
   TU_CHECK(&c, dsk__cuda_sparse_mla_smem_bytes(DSK_KV_FORMAT_B584, 32) == DSK_MLA32_SMEM_BYTES(2), "B32 mismatch");
   TU_CHECK(&c, dsk__cuda_sparse_mla_smem_bytes(DSK_KV_FORMAT_A656, 8) == 0, "8 heads per CTA has no kernel");

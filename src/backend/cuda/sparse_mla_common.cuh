@@ -172,20 +172,26 @@ __device__ __forceinline__ void stage_issue(const Params &p, const StageRange &r
   if (part == 0) *valid_flag = ok;
 }
 
-/* Stages four query heads (h_first .. h_first + 3; heads >= H read as zero)
- * for the MMAs, one warp: nope dims as f16 pre-scaled by 2^-shift, with the
+/* Stages NR query heads (h_first .. h_first + NR - 1; heads >= H read as
+ * zero) for the MMAs, one warp: nope dims as f16 pre-scaled by 2^-shift, with the
  * shift chosen per head from its largest |q| so the f16 values stay below
  * 2^15 (exact power of two), rope dims as the raw bf16. Row r goes to
  * nope + r * nope_bytes and rope + r * rope_bytes; lane 0 writes 2^shift to
- * qscale[r]. All loads of the four rows are issued before any is used. */
-template <int F, bool IL = false>
-__device__ __forceinline__ void stage_q4(const Params &p, int64_t t, int h_first, int lane, uint8_t *nope,
-                                         int nope_bytes, uint8_t *rope, int rope_bytes, float *qscale,
-                                         int il_row0 = 0) {
+ * qscale[r]. Two steps, so that a kernel can issue other loads between
+ * them: q_load issues all loads of the NR rows into registers (nothing is
+ * used yet), q_store waits for them and converts and stores. */
+template <int NR>
+struct QRows {
+  uint4 qv[NR][2], rv[NR];
+};
+template <int F, int NR>
+__device__ __forceinline__ QRows<NR> q_load(const Params &p, int64_t t, int h_first, int lane) {
   using C = Fmt<F>;
-  uint4 qv[4][2], rv[4];
+  QRows<NR> q;
+  uint4(&qv)[NR][2] = q.qv;
+  uint4(&rv)[NR] = q.rv;
 #pragma unroll
-  for (int r = 0; r < 4; r++) {
+  for (int r = 0; r < NR; r++) {
     const int h = h_first + r;
     const bool live = h < p.H;
     const uint16_t *qrow = p.q + t * p.q_st + (int64_t)(live ? h : 0) * p.q_sh;
@@ -196,8 +202,16 @@ __device__ __forceinline__ void stage_q4(const Params &p, int64_t t, int h_first
     }
     rv[r] = (live && lane < 8) ? *reinterpret_cast<const uint4 *>(qrow + C::NOPE + lane * 8) : make_uint4(0, 0, 0, 0);
   }
+  return q;
+}
+template <int F, bool IL, int NR>
+__device__ __forceinline__ void q_store(const QRows<NR> &q, int lane, uint8_t *nope, int nope_bytes, uint8_t *rope,
+                                        int rope_bytes, float *qscale, int il_row0) {
+  using C = Fmt<F>;
+  const uint4(&qv)[NR][2] = q.qv;
+  const uint4(&rv)[NR] = q.rv;
 #pragma unroll
-  for (int r = 0; r < 4; r++) {
+  for (int r = 0; r < NR; r++) {
     float mx = 0.f;
 #pragma unroll
     for (int k = 0; k < 2; k++) {
@@ -234,6 +248,12 @@ __device__ __forceinline__ void stage_q4(const Params &p, int64_t t, int h_first
     if (lane < 8) *reinterpret_cast<uint4 *>(rope + r * rope_bytes + 16 * lane) = rv[r];
   }
 }
+template <int F, bool IL = false, int NR = 4>
+__device__ __forceinline__ void stage_q(const Params &p, int64_t t, int h_first, int lane, uint8_t *nope,
+                                        int nope_bytes, uint8_t *rope, int rope_bytes, float *qscale,
+                                        int il_row0 = 0) {
+  q_store<F, IL, NR>(q_load<F, NR>(p, t, h_first, lane), lane, nope, nope_bytes, rope, rope_bytes, qscale, il_row0);
+}
 
 /* The V-scale fold of PV (one 64-dim half): R is the half's running maximum
  * tile scale; s_lane is the scale of candidate `lane` of this stage. Raises
@@ -256,13 +276,14 @@ __device__ __forceinline__ float fold_v_scale(float &R, float s_lane, float (&ac
 /* One stage's online softmax, shared by both kernels and computed by every
  * warp of a head tile for the 16 (row, candidate) pairs each thread needs as
  * its PV A fragments: rows g, g+8 and candidates 16*ks + 8*hi + 2*q4 + {0,1}.
- * S: the head tile's 4 partial-score blocks ([4][16][DSK_MLA_P_STRIDE] fp32,
- * summed here); valid: the stage's 32 candidate flags. Updates the running
- * max m2 (log2 domain) and this thread's partial row sums, rescales acc when
- * a row max moved, and writes the probabilities to pv [ks][hi][row][pair].
+ * S: the head tile's NP partial-score blocks ([NP][16][DSK_MLA_P_STRIDE]
+ * fp32, summed in order); valid: the stage's 32 candidate flags. Updates the
+ * running max m2 (log2 domain) and this thread's partial row sums, rescales
+ * the NH 64-dim halves of acc when a row max moved, and writes the probabilities to pv [ks][hi][row][pair].
  * Same inputs, same operations: every warp holds identical values. */
+template <int NP = 4, int NH = 2>
 __device__ __forceinline__ void stage_softmax(const float *S, const int32_t *valid, float scale_log2, int g, int q4,
-                                              float (&m2)[2], float (&lsum)[2], float (&acc)[2][8][4],
+                                              float (&m2)[2], float (&lsum)[2], float (&acc)[NH][8][4],
                                               float (&pv)[2][2][2][2]) {
   constexpr int PST = DSK_MLA_P_STRIDE;
   float sc[2][2][2][2];
@@ -274,7 +295,7 @@ __device__ __forceinline__ void stage_softmax(const float *S, const int32_t *val
       const int cc = ks * 16 + hi * 8 + 2 * q4;
       float2 s0 = make_float2(0.f, 0.f), s1 = make_float2(0.f, 0.f);
 #pragma unroll
-      for (int w = 0; w < 4; w++) {
+      for (int w = 0; w < NP; w++) {
         const float *Sw = S + w * 16 * PST;
         const float2 x0 = *reinterpret_cast<const float2 *>(Sw + g * PST + cc);
         const float2 x1 = *reinterpret_cast<const float2 *>(Sw + (g + 8) * PST + cc);
@@ -321,7 +342,7 @@ __device__ __forceinline__ void stage_softmax(const float *S, const int32_t *val
    * applied by the caller); skipped when no row max of the warp moved */
   if (!__all_sync(0xffffffffu, al[0] == 1.f && al[1] == 1.f))
 #pragma unroll
-    for (int hh = 0; hh < 2; hh++)
+    for (int hh = 0; hh < NH; hh++)
 #pragma unroll
       for (int j = 0; j < 8; j++) {
         acc[hh][j][0] *= al[0];

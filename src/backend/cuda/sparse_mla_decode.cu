@@ -7,16 +7,21 @@
  * Only instructions that exist on sm_90 and sm_120 are used: mma.sync
  * (f16 and bf16 m16n8k16, fp32 accumulation), cp.async, cvt e4m3x2->f16x2.
  *
- * 16-head kernel: CTA = 4 warps, 16 heads (the m16 rows) of one query row, one split of the
+ * 16-head kernel: CTA = 4 warps (8 when the grid holds at most one CTA per SM,
+ * "single wave": every CTA then runs alone on its SM, so its time is one
+ * warp's dependent chain, and with 8 warps each warp does half the dims;
+ * the choice is deterministic in the grid and the SM count, and the
+ * workspace is the same; sparse_mla_k16.cuh lists the work of each warp in
+ * both configurations), 16 heads (the m16 rows) of one query row, one split of the
  * row's 64-candidate chunks (segment 0 chunks, then segment 1; at cpb 1 with
  * at most one CTA per SM a split is one 32-candidate stage: stages_per_split). Candidates
  * are processed in stages of 32: the raw cache records are copied into
  * shared memory with cp.async (double buffer; invalid candidates are zero
  * filled, never read), then
  *  - QK: warp w scores all 32 candidates over its share of the Dqk dims
- *    (Format A: nope tile w and rope k-step w; Format B: nope tiles 2w,
- *    2w+1, warp 3 also the four rope k-steps) and leaves its partial scores
- *    in shared memory; the softmax sums the four partials. The fp8 nope
+ *    (4 warps: Format A: nope tile w and rope k-step w; Format B: nope tiles
+ *    2w, 2w+1, warp 3 also the four rope k-steps) and leaves its partial
+ *    scores in shared memory; the softmax sums the warps' partials. The fp8 nope
  *    part runs as f16 MMAs: e4m3 converts exactly to f16, and Q is converted
  *    to f16 after an exact power-of-two pre-scale per head that keeps it in
  *    range; Q's nope dims are stored fragment-interleaved
@@ -26,7 +31,8 @@
  *    MMAs.
  *  - online softmax in the log2 domain; invalid candidates get weight
  *    exactly 0 and no (-inf) - (-inf) is ever formed.
- *  - PV: warp w owns output dims 128w..128w+127 as two 64-dim halves. The
+ *  - PV: warp w owns output dims 128w..128w+127 as two 64-dim halves (4
+ *    warps; with 8, dims 64w..64w+63). The
  *    fp8 part is an f16 MMA with A = P * (scale_c / R), where R is the
  *    running maximum tile scale of that half (the accumulator is rescaled
  *    when R grows, like the softmax max), so A stays in [0, 1]; the bf16
@@ -49,33 +55,25 @@ namespace {
 #include "sparse_mla_k16.cuh"
 #include "sparse_mla_k32.cuh"
 
-/* One block of 128 threads per (t, h): merge the splits, fold the sink. */
-__global__ void __launch_bounds__(128) sparse_mla_combine_kernel(const Params p) {
-  asm volatile("griddepcontrol.wait;\n" ::: "memory"); /* the split kernel's partials are complete */
-  const int64_t t = blockIdx.x / (unsigned)p.H;
-  const int64_t h = blockIdx.x % (unsigned)p.H;
-  const int64_t base = (t * p.H + h) * p.splits;
-  const float *pl = p.part_lse + base;
-  float mx = kNegInf;
-  for (int j = 0; j < p.splits; j++) mx = fmaxf(mx, pl[j]);
+/* Combine: one block of 128 threads per (t, h) merges the splits and folds
+ * the sink; thread i owns output dims 4i..4i+3. Two forms, picked by the
+ * launcher:
+ *  - B = 0 (grids of several waves, where the combine is a bandwidth pass):
+ *    the row max over the split lse values first, then one weighted pass.
+ *  - B = 2, 4, 8 (single-wave grids, where it is one latency chain): the
+ *    splits in batches of B, all lse values and partial rows of a batch
+ *    loaded before any is used (one dependent round trip per batch, not per
+ *    split), folded into a running (max, sum, output) with the usual rescale
+ *    when the max grows.
+ * On the H200 the batched form cut T = 1 by up to 0.6 us but cost 2-5 % at
+ * large T with 2-9 splits (docs/benchmarks.md, v8), hence the two forms. */
+__device__ __forceinline__ void combine_store(const Params &p, int64_t t, int64_t h, int d, float mx, float s,
+                                              const float (&o)[4]) {
   uint16_t *orow = p.out + t * p.out_st + h * p.out_sh;
-  const int d = threadIdx.x * 4;
   if (mx == kNegInf) {
     *reinterpret_cast<uint2 *>(orow + d) = make_uint2(0, 0);
     if (p.lse && threadIdx.x == 0) p.lse[t * p.lse_st + h * p.lse_sh] = kNegInf;
     return;
-  }
-  float s = 0.f, o[4] = {0.f, 0.f, 0.f, 0.f};
-  for (int j = 0; j < p.splits; j++) {
-    const float lj = pl[j];
-    if (lj == kNegInf) continue;
-    const float w = expf(lj - mx);
-    s += w;
-    const float4 v = *reinterpret_cast<const float4 *>(p.part_o + (base + j) * 512 + d);
-    o[0] += w * v.x;
-    o[1] += w * v.y;
-    o[2] += w * v.z;
-    o[3] += w * v.w;
   }
   const float lse = mx + logf(s);
   float fac = 1.f / s;
@@ -84,6 +82,71 @@ __global__ void __launch_bounds__(128) sparse_mla_combine_kernel(const Params p)
   const uint32_t w1 = (uint32_t)f32_to_bf16_rne(o[2] * fac) | ((uint32_t)f32_to_bf16_rne(o[3] * fac) << 16);
   *reinterpret_cast<uint2 *>(orow + d) = make_uint2(w0, w1);
   if (p.lse && threadIdx.x == 0) p.lse[t * p.lse_st + h * p.lse_sh] = lse;
+}
+
+template <int B>
+__global__ void __launch_bounds__(128) sparse_mla_combine_kernel(const Params p) {
+  asm volatile("griddepcontrol.wait;\n" ::: "memory"); /* the split kernel's partials are complete */
+  const int64_t t = blockIdx.x / (unsigned)p.H;
+  const int64_t h = blockIdx.x % (unsigned)p.H;
+  const int64_t base = (t * p.H + h) * p.splits;
+  const float *pl = p.part_lse + base;
+  const int d = threadIdx.x * 4;
+  const float *po = p.part_o + base * 512 + d;
+  float mx = kNegInf, s = 0.f, o[4] = {0.f, 0.f, 0.f, 0.f};
+  if (B == 0) {
+    for (int j = 0; j < p.splits; j++) mx = fmaxf(mx, pl[j]);
+    if (mx != kNegInf) {
+      for (int j = 0; j < p.splits; j++) {
+        const float lj = pl[j];
+        if (lj == kNegInf) continue;
+        const float w = expf(lj - mx);
+        s += w;
+        const float4 v = *reinterpret_cast<const float4 *>(po + (int64_t)j * 512);
+        o[0] += w * v.x;
+        o[1] += w * v.y;
+        o[2] += w * v.z;
+        o[3] += w * v.w;
+      }
+    }
+    combine_store(p, t, h, d, mx, s, o);
+    return;
+  }
+  constexpr int NB = B > 0 ? B : 1;
+  for (int j0 = 0; j0 < p.splits; j0 += NB) {
+    float l[NB];
+    float4 v[NB];
+#pragma unroll
+    for (int k = 0; k < NB; k++) {
+      const bool in = j0 + k < p.splits;
+      l[k] = in ? pl[j0 + k] : kNegInf;
+      v[k] = in ? *reinterpret_cast<const float4 *>(po + (int64_t)(j0 + k) * 512) : make_float4(0.f, 0.f, 0.f, 0.f);
+    }
+    float bm = mx;
+#pragma unroll
+    for (int k = 0; k < NB; k++) bm = fmaxf(bm, l[k]);
+    if (bm == kNegInf) continue; /* no non-empty split yet */
+    if (bm != mx) {              /* the max grew: rescale what was summed (0 while mx is -inf) */
+      const float f = mx == kNegInf ? 0.f : expf(mx - bm);
+      s *= f;
+      o[0] *= f;
+      o[1] *= f;
+      o[2] *= f;
+      o[3] *= f;
+      mx = bm;
+    }
+#pragma unroll
+    for (int k = 0; k < NB; k++) {
+      if (l[k] == kNegInf) continue; /* empty split (or past the last): weight 0 */
+      const float w = expf(l[k] - mx);
+      s += w;
+      o[0] += w * v[k].x;
+      o[1] += w * v[k].y;
+      o[2] += w * v[k].z;
+      o[3] += w * v[k].w;
+    }
+  }
+  combine_store(p, t, h, d, mx, s, o);
 }
 
 int chunk_count(const dsk_sparse_mla_desc *d) {
@@ -151,26 +214,35 @@ dsk_status launch(dsk_ctx *ctx, const dsk_sparse_mla_desc *d, const dsk_tactic *
     p.part_o = (float *)d->workspace;
     p.part_lse = p.part_o + d->T * d->H * p.splits * 512;
   }
-  const int smem = wide ? DSK_MLA32_SMEM_BYTES(F) : DSK_MLA_SMEM_BYTES(F);
+  const int64_t blocks_x = d->T * p.nhg;
+  const bool single_wave = blocks_x * p.splits <= (int64_t)ctx->info.sm_count;
+  const bool w8 = !wide && single_wave;
+  const int smem = wide ? DSK_MLA32_SMEM_BYTES(F) : w8 ? DSK_MLA_SMEM_BYTES_W(F, DSK_MLA_WARPS8) : DSK_MLA_SMEM_BYTES(F);
   const dsk_cuda_state *st = dsk__cuda_state(ctx);
   if (smem > st->smem_optin)
     return dsk__fail(DSK_STATUS_UNSUPPORTED, "sparse_mla_decode: kernel needs %d B of shared memory, device allows %lld",
                      smem, (long long)st->smem_optin);
-  const int64_t blocks_x = d->T * p.nhg;
   if (blocks_x > 2147483647LL || p.splits > 65535)
     return dsk__fail(DSK_STATUS_UNSUPPORTED, "sparse_mla_decode: grid %lld x %d is too large", (long long)blocks_x,
                      p.splits);
+  const dim3 grid((unsigned)blocks_x, (unsigned)p.splits);
   if (wide)
-    sparse_mla_k32_kernel<F><<<dim3((unsigned)blocks_x, (unsigned)p.splits), k32Threads, smem, s>>>(p);
+    sparse_mla_k32_kernel<F><<<grid, k32Threads, smem, s>>>(p);
+  else if (w8)
+    sparse_mla_kernel<F, DSK_MLA_WARPS8><<<grid, kThreads8, smem, s>>>(p);
   else
-    sparse_mla_kernel<F><<<dim3((unsigned)blocks_x, (unsigned)p.splits), kThreads, smem, s>>>(p);
+    sparse_mla_kernel<F, DSK_MLA_WARPS><<<grid, kThreads, smem, s>>>(p);
   DSK_CUDA_LAUNCHED("sparse_mla_decode");
   if (p.splits > 1) {
     if (d->T * d->H > 2147483647LL) return dsk__fail(DSK_STATUS_UNSUPPORTED, "sparse_mla_decode: T*H too large");
     /* programmatic dependent launch: the combine's launch overlaps the
      * split kernel's tail (sm_90 and sm_120 both have it) */
+    const dim3 cgrid((unsigned)(d->T * d->H));
     DSK_CUDA_TRY("sparse_mla_decode (combine)",
-                 dsk__launch_pdl(sparse_mla_combine_kernel, dim3((unsigned)(d->T * d->H)), dim3(128), 0, s, p));
+                 !single_wave     ? dsk__launch_pdl(sparse_mla_combine_kernel<0>, cgrid, dim3(128), 0, s, p)
+                 : p.splits <= 2 ? dsk__launch_pdl(sparse_mla_combine_kernel<2>, cgrid, dim3(128), 0, s, p)
+                 : p.splits <= 4 ? dsk__launch_pdl(sparse_mla_combine_kernel<4>, cgrid, dim3(128), 0, s, p)
+                                 : dsk__launch_pdl(sparse_mla_combine_kernel<8>, cgrid, dim3(128), 0, s, p));
   }
   return DSK_STATUS_OK;
 }
@@ -180,8 +252,9 @@ dsk_status launch(dsk_ctx *ctx, const dsk_sparse_mla_desc *d, const dsk_tactic *
 extern "C" int64_t dsk__cuda_sparse_mla_smem_bytes(dsk_kv_format f, int heads_per_cta) {
   if (heads_per_cta != 16 && heads_per_cta != DSK_MLA32_HEADS) return 0;
   const bool wide = heads_per_cta == DSK_MLA32_HEADS;
-  if (f == DSK_KV_FORMAT_A656) return wide ? DSK_MLA32_SMEM_BYTES(1) : DSK_MLA_SMEM_BYTES(1);
-  if (f == DSK_KV_FORMAT_B584) return wide ? DSK_MLA32_SMEM_BYTES(2) : DSK_MLA_SMEM_BYTES(2);
+  /* 16 heads: the larger of its two configurations (8 warps) */
+  if (f == DSK_KV_FORMAT_A656) return wide ? DSK_MLA32_SMEM_BYTES(1) : DSK_MLA_SMEM_BYTES_W(1, DSK_MLA_WARPS8);
+  if (f == DSK_KV_FORMAT_B584) return wide ? DSK_MLA32_SMEM_BYTES(2) : DSK_MLA_SMEM_BYTES_W(2, DSK_MLA_WARPS8);
   return 0;
 }
 
@@ -217,8 +290,15 @@ dsk_status setup_kernel(const dsk_cuda_state *st, K kernel, int threads, int sme
 extern "C" dsk_status dsk__cuda_sparse_mla_setup(dsk_cuda_state *st) {
   dsk_status r;
   const int A = DSK_KV_FORMAT_A656, B = DSK_KV_FORMAT_B584;
-  if ((r = setup_kernel(st, sparse_mla_kernel<1>, kThreads, DSK_MLA_SMEM_BYTES(1), &st->mla_ctas_per_sm[0][A])) ||
-      (r = setup_kernel(st, sparse_mla_kernel<2>, kThreads, DSK_MLA_SMEM_BYTES(2), &st->mla_ctas_per_sm[0][B])) ||
+  int unused;
+  if ((r = setup_kernel(st, sparse_mla_kernel<1, DSK_MLA_WARPS>, kThreads, DSK_MLA_SMEM_BYTES(1),
+                        &st->mla_ctas_per_sm[0][A])) ||
+      (r = setup_kernel(st, sparse_mla_kernel<2, DSK_MLA_WARPS>, kThreads, DSK_MLA_SMEM_BYTES(2),
+                        &st->mla_ctas_per_sm[0][B])) ||
+      (r = setup_kernel(st, sparse_mla_kernel<1, DSK_MLA_WARPS8>, kThreads8,
+                        DSK_MLA_SMEM_BYTES_W(1, DSK_MLA_WARPS8), &unused)) ||
+      (r = setup_kernel(st, sparse_mla_kernel<2, DSK_MLA_WARPS8>, kThreads8,
+                        DSK_MLA_SMEM_BYTES_W(2, DSK_MLA_WARPS8), &unused)) ||
       (r = setup_kernel(st, sparse_mla_k32_kernel<1>, k32Threads, DSK_MLA32_SMEM_BYTES(1), &st->mla_ctas_per_sm[1][A])) ||
       (r = setup_kernel(st, sparse_mla_k32_kernel<2>, k32Threads, DSK_MLA32_SMEM_BYTES(2), &st->mla_ctas_per_sm[1][B])))
     return r;

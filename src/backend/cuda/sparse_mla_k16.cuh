@@ -1,20 +1,33 @@
 /* sparse_mla_k16.cuh - the 16-head decode kernel (tactic heads per CTA
- * 16): 4 warps, one m16 tile of heads, e4m3 converted in registers right
- * before each MMA. Described in sparse_mla_decode.cu's header comment.
- * Included inside the launcher's anonymous namespace. */
+ * 16): 4 or 8 warps (NW), one m16 tile of heads, e4m3 converted in
+ * registers right before each MMA. Described in sparse_mla_decode.cu's
+ * header comment. Included inside the launcher's anonymous namespace.
+ *
+ * Work of warp w (NW = 4 | NW = 8, where each warp does half as much):
+ *  - Q staging: heads 4w..4w+3 | 2w, 2w+1.
+ *  - QK, Format A (4 scale tiles of 128 dims, 4 rope k-steps): tile w, rope
+ *    k-step w | half w&1 of tile w/2, rope k-step w for w < 4.
+ *    Format B (7 tiles of 64, 4 rope k-steps): tiles 2w, 2w+1 (< 7), warp 3
+ *    also the rope | tile w for w < 7, warp 7 the rope.
+ *  - PV: output dims 128w..128w+127 (two 64-dim halves) | 64w..64w+63. */
 constexpr int kHeads = DSK_MLA_HEADS;
 constexpr int kThreads = DSK_MLA_THREADS;
+constexpr int kThreads8 = 32 * DSK_MLA_WARPS8;
 
-template <int F>
-__global__ void __launch_bounds__(kThreads) sparse_mla_kernel(const Params p) {
+template <int F, int NW>
+__global__ void __launch_bounds__(32 * NW) sparse_mla_kernel(const Params p) {
   using C = Fmt<F>;
+  static_assert(NW == 4 || NW == 8, "4 or 8 warps");
+  constexpr int RPW = kHeads / NW; /* Q rows staged per warp */
+  constexpr int TPC = NW;          /* threads per staged candidate: 32 * NW threads / 32 candidates */
+  constexpr int NH = 8 / NW;       /* 64-dim output halves per warp */
   extern __shared__ __align__(16) uint8_t smem[];
   uint8_t *kv = smem + DSK_MLA_OFF_KV;
   __half *qn = reinterpret_cast<__half *>(smem + DSK_MLA_OFF_QN(F));
   uint16_t *qr = reinterpret_cast<uint16_t *>(smem + DSK_MLA_OFF_QR(F));
   float *P = reinterpret_cast<float *>(smem + DSK_MLA_OFF_P(F));
-  float *qscale = reinterpret_cast<float *>(smem + DSK_MLA_OFF_RED(F));
-  int32_t *valid = reinterpret_cast<int32_t *>(smem + DSK_MLA_OFF_VALID(F));
+  float *qscale = reinterpret_cast<float *>(smem + DSK_MLA_OFF_RED_W(F, NW));
+  int32_t *valid = reinterpret_cast<int32_t *>(smem + DSK_MLA_OFF_VALID_W(F, NW));
 
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, q4 = lane & 3;
   const int hg = (int)(blockIdx.x % (unsigned)p.nhg);
@@ -31,47 +44,73 @@ __global__ void __launch_bounds__(kThreads) sparse_mla_kernel(const Params p) {
   const StageRange sr = stage_range(p, t, split, counting, tid);
   const int n = sr.n;
 
-  /* ---- Q: warp w stages heads 4w .. 4w+3 (f16 nope, bf16 rope) */
-  auto load_q = [&]() {
-    stage_q4<F, true>(p, t, h0 + warp * 4, lane, reinterpret_cast<uint8_t *>(qn), 0,
-                      reinterpret_cast<uint8_t *>(qr + warp * 4 * DSK_MLA_QR_STRIDE), 2 * DSK_MLA_QR_STRIDE,
-                      qscale + warp * 4, warp * 4);
+  /* ---- Q: warp w stages heads RPW*w .. RPW*w + RPW-1 (f16 nope, bf16 rope) */
+  auto store_q = [&](const QRows<RPW> &q) {
+    q_store<F, true, RPW>(q, lane, reinterpret_cast<uint8_t *>(qn), 0,
+                          reinterpret_cast<uint8_t *>(qr + warp * RPW * DSK_MLA_QR_STRIDE), 2 * DSK_MLA_QR_STRIDE,
+                          qscale + warp * RPW, warp * RPW);
   };
 
-  /* ---- stage issue: thread (c = tid/4, part = tid%4) copies record c.
+  /* ---- stage issue: thread (c = tid/TPC, part = tid%TPC) copies record c.
    * Slot ids are loaded two stages ahead so that no stage waits on them. */
-  auto load_slot = [&](int i) -> int32_t { return stage_slot(p, sr, t, i, tid >> 2); };
+  auto load_slot = [&](int i) -> int32_t { return stage_slot(p, sr, t, i, tid / (unsigned)TPC); };
   auto issue = [&](int i, int32_t slot) {
-    const int st = i % DSK_MLA_STAGES, c = tid >> 2;
-    stage_issue<F, 4>(p, sr, i, c, tid & 3, slot, counting, kv + (st * kSub + c) * C::SREC, valid + st * kSub + c);
+    const int st = i % DSK_MLA_STAGES, c = tid / (unsigned)TPC;
+    stage_issue<F, TPC>(p, sr, i, c, tid % (unsigned)TPC, slot, counting, kv + (st * kSub + c) * C::SREC,
+                        valid + st * kSub + c);
   };
 
   /* ---- running state */
   float m2[2] = {kNegInf, kNegInf}; /* rows g, g+8; log2 domain; identical in every warp */
   float lsum[2] = {0.f, 0.f};       /* this thread's columns only */
-  float acc[2][8][4];
-  float R[2] = {0.f, 0.f};
+  float acc[NH][8][4];
+  float R[NH];
 #pragma unroll
-  for (int hh = 0; hh < 2; hh++)
+  for (int hh = 0; hh < NH; hh++) R[hh] = 0.f;
+#pragma unroll
+  for (int hh = 0; hh < NH; hh++)
 #pragma unroll
     for (int j = 0; j < 8; j++)
 #pragma unroll
       for (int i = 0; i < 4; i++) acc[hh][j][i] = 0.f;
 
-  /* prologue: stages 0 .. STAGES-2 in flight, the next slot id loading */
+  /* prologue. Early Q: the slot ids of stages 0 .. STAGES-2 and this
+   * warp's Q rows load together; then those stages go in flight (each copy
+   * waits for its slot id), the next slot id starts loading, and Q is
+   * converted and stored while the records travel. Otherwise the stages go
+   * in flight first and Q loads after them. Early Q is faster on the H200
+   * except in the 4-warp Format A kernel, where holding the Q rows across
+   * the stage issue costs 2-3 % at large T (docs/benchmarks.md, v8). */
+  constexpr bool kEarlyQ = F == 2 || NW == 8;
+  int32_t next_slot;
+  if (kEarlyQ) {
+    int32_t first_slots[DSK_MLA_STAGES - 1];
 #pragma unroll
-  for (int j = 0; j < DSK_MLA_STAGES - 1; j++) {
-    if (j < n) issue(j, load_slot(j));
-    cp_async_commit();
+    for (int j = 0; j < DSK_MLA_STAGES - 1; j++) first_slots[j] = load_slot(j);
+    const QRows<RPW> qrows = q_load<F, RPW>(p, t, h0 + warp * RPW, lane);
+#pragma unroll
+    for (int j = 0; j < DSK_MLA_STAGES - 1; j++) {
+      if (j < n) issue(j, first_slots[j]);
+      cp_async_commit();
+    }
+    next_slot = load_slot(DSK_MLA_STAGES - 1);
+    store_q(qrows);
+  } else {
+#pragma unroll
+    for (int j = 0; j < DSK_MLA_STAGES - 1; j++) {
+      if (j < n) issue(j, load_slot(j));
+      cp_async_commit();
+    }
+    next_slot = load_slot(DSK_MLA_STAGES - 1);
+    store_q(q_load<F, RPW>(p, t, h0 + warp * RPW, lane));
   }
-  int32_t next_slot = load_slot(DSK_MLA_STAGES - 1);
-  load_q();
   __syncthreads(); /* Q staged */
 
   const float qs0 = qscale[g], qs1 = qscale[g + 8];
-  /* QK work of this warp: A: tile `warp` + rope k-step `warp`;
-   * B: tiles 2w, 2w+1 (warp 3: tile 6 + all four rope k-steps). */
-  constexpr int TPW = F == 1 ? 1 : 2;
+  /* QK work of this warp (see the file comment): TPW scale tiles, k-steps
+   * [ks0, ks0 + KPT) of each; rope k-steps [rk0, rk1). */
+  constexpr int TPW = F == 2 && NW == 4 ? 2 : 1;
+  constexpr int KPT = F == 1 && NW == 8 ? C::TILE / 32 : C::TILE / 16;
 
   for (int i = 0; i < n; i++) {
     const int st = i % DSK_MLA_STAGES;
@@ -89,9 +128,10 @@ __global__ void __launch_bounds__(kThreads) sparse_mla_kernel(const Params p) {
       for (int j = 0; j < 4; j++)
 #pragma unroll
         for (int e = 0; e < 4; e++) part[j][e] = 0.f;
+      const int ks0 = F == 1 && NW == 8 ? (warp & 1) * KPT : 0;
 #pragma unroll
       for (int tw = 0; tw < TPW; tw++) {
-        const int tile = F == 1 ? warp : 2 * warp + tw;
+        const int tile = F == 1 ? (NW == 8 ? warp >> 1 : warp) : (NW == 8 ? warp : 2 * warp + tw);
         if (tile >= C::NT) break;
         float ta[4][4];
 #pragma unroll
@@ -99,8 +139,8 @@ __global__ void __launch_bounds__(kThreads) sparse_mla_kernel(const Params p) {
 #pragma unroll
           for (int e = 0; e < 4; e++) ta[j][e] = 0.f;
 #pragma unroll
-        for (int ks = 0; ks < C::TILE / 16; ks++) {
-          const int d0 = tile * C::TILE + ks * 16;
+        for (int kk = 0; kk < KPT; kk++) {
+          const int d0 = tile * C::TILE + (ks0 + kk) * 16;
           const uint4 qv = *reinterpret_cast<const uint4 *>(reinterpret_cast<const uint8_t *>(qn) + (d0 >> 4) * 512 + 16 * lane);
           const uint32_t a[4] = {qv.x, qv.y, qv.z, qv.w};
 #pragma unroll
@@ -126,7 +166,8 @@ __global__ void __launch_bounds__(kThreads) sparse_mla_kernel(const Params p) {
       for (int j = 0; j < 4; j++)
 #pragma unroll
         for (int e = 0; e < 4; e++) ra[j][e] = 0.f;
-      const int rk0 = F == 1 ? warp : 0, rk1 = F == 1 ? warp + 1 : (warp == 3 ? 4 : 0);
+      const int rk0 = F == 1 ? warp : 0;
+      const int rk1 = F == 1 ? (NW == 4 || warp < 4 ? warp + 1 : 0) : (warp == NW - 1 ? 4 : 0);
 #pragma unroll 1
       for (int ks = rk0; ks < rk1; ks++) {
         const int d0 = ks * 16 + 2 * q4;
@@ -154,16 +195,16 @@ __global__ void __launch_bounds__(kThreads) sparse_mla_kernel(const Params p) {
     }
     __syncthreads();
 
-    /* ---- softmax (identical in the 4 warps) */
+    /* ---- softmax (identical in the NW warps) */
     float pv[2][2][2][2]; /* [ks][hi][row][pair] */
-    stage_softmax(P, valid + st * kSub, p.scale_log2, g, q4, m2, lsum, acc, pv);
+    stage_softmax<NW, NH>(P, valid + st * kSub, p.scale_log2, g, q4, m2, lsum, acc, pv);
 
-    /* ---- PV: this warp's two 64-dim halves */
+    /* ---- PV: this warp's NH 64-dim halves */
 #pragma unroll
-    for (int hh = 0; hh < 2; hh++) {
-      const int db = warp * 128 + hh * 64; /* first output dim of the half */
+    for (int hh = 0; hh < NH; hh++) {
+      const int db = warp * 64 * NH + hh * 64; /* first output dim of the half */
       const bool rope_half = F == 2 && db >= 448;
-      const int tile = F == 1 ? warp : (db / 64);
+      const int tile = F == 1 ? warp * NH / 2 : db / 64;
       float inv = 1.f;
       if (!rope_half) inv = fold_v_scale(R[hh], tile_scale<F>(kb + lane * C::SREC, tile), acc[hh]);
 #pragma unroll
@@ -232,8 +273,8 @@ __global__ void __launch_bounds__(kThreads) sparse_mla_kernel(const Params p) {
       }
       uint16_t *orow = p.out + t * p.out_st + (int64_t)h * p.out_sh;
 #pragma unroll
-      for (int hh = 0; hh < 2; hh++) {
-        const float f = fac * (F == 2 && warp == 3 && hh == 1 ? 1.f : R[hh]);
+      for (int hh = 0; hh < NH; hh++) {
+        const float f = fac * (F == 2 && (NW == 4 ? warp == 3 && hh == 1 : warp == 7) ? 1.f : R[hh]);
 #pragma unroll
         for (int c = 0; c < 2; c++) {
           uint32_t w[4];
@@ -243,7 +284,7 @@ __global__ void __launch_bounds__(kThreads) sparse_mla_kernel(const Params p) {
             const float x1 = empty ? 0.f : acc[hh][j + 1][2 * rr + c] * f;
             w[j / 2] = (uint32_t)f32_to_bf16_rne(x0) | ((uint32_t)f32_to_bf16_rne(x1) << 16);
           }
-          const int dim = warp * 128 + hh * 64 + 8 * (2 * q4 + c);
+          const int dim = warp * 64 * NH + hh * 64 + 8 * (2 * q4 + c);
           *reinterpret_cast<uint4 *>(orow + dim) = make_uint4(w[0], w[1], w[2], w[3]);
         }
       }
@@ -253,14 +294,14 @@ __global__ void __launch_bounds__(kThreads) sparse_mla_kernel(const Params p) {
       float *po = p.part_o + part * 512;
       const float inv_l = empty ? 0.f : 1.f / l[rr];
 #pragma unroll
-      for (int hh = 0; hh < 2; hh++) {
-        const float f = inv_l * (F == 2 && warp == 3 && hh == 1 ? 1.f : R[hh]);
+      for (int hh = 0; hh < NH; hh++) {
+        const float f = inv_l * (F == 2 && (NW == 4 ? warp == 3 && hh == 1 : warp == 7) ? 1.f : R[hh]);
 #pragma unroll
         for (int c = 0; c < 2; c++) {
           float x[8];
 #pragma unroll
           for (int j = 0; j < 8; j++) x[j] = empty ? 0.f : acc[hh][j][2 * rr + c] * f;
-          const int dim = warp * 128 + hh * 64 + 8 * (2 * q4 + c);
+          const int dim = warp * 64 * NH + hh * 64 + 8 * (2 * q4 + c);
           *reinterpret_cast<float4 *>(po + dim) = make_float4(x[0], x[1], x[2], x[3]);
           *reinterpret_cast<float4 *>(po + dim + 4) = make_float4(x[4], x[5], x[6], x[7]);
         }

@@ -63,7 +63,7 @@ __global__ void __launch_bounds__(DSK_MLA32_THREADS, 1) sparse_mla_k32_kernel(co
   cp_async_commit();
   int32_t next_slot = load_slot(1);
   /* warp w stages heads 4w .. 4w+3 as rows of the Q staging area */
-  stage_q4<F>(p, t, h0 + warp * 4, lane, qst + warp * 4 * QSTS, QSTS, qst + warp * 4 * QSTS + 2 * C::NOPE, QSTS,
+  stage_q<F>(p, t, h0 + warp * 4, lane, qst + warp * 4 * QSTS, QSTS, qst + warp * 4 * QSTS + 2 * C::NOPE, QSTS,
               qscale + warp * 4);
   __syncthreads(); /* Q staged */
   /* Q A fragments of this warp: k-step ks covers staged columns col(ks) ..

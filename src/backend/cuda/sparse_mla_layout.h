@@ -8,6 +8,10 @@
 #define DSK_MLA_HEADS 16   /* heads per CTA (the m16 rows of mma.sync) */
 #define DSK_MLA_WARPS 4    /* warps per CTA */
 #define DSK_MLA_THREADS (32 * DSK_MLA_WARPS)
+/* The 16-head kernel also runs with 8 warps (each with half the dims of a
+ * 4-warp warp) when the grid holds at most one CTA per SM
+ * (sparse_mla_decode.cu: use_wide_ctas). */
+#define DSK_MLA_WARPS8 8
 #define DSK_MLA_SUB 32     /* candidates per pipeline stage */
 #define DSK_MLA_CHUNK 64   /* candidates per tactic chunk (2 stages) */
 #ifndef DSK_MLA_STAGES
@@ -62,11 +66,14 @@
 #define DSK_MLA_OFF_QN(f) (DSK_MLA_OFF_KV + DSK_MLA_STAGES * DSK_MLA_SUB * DSK_MLA_SREC(f))
 #define DSK_MLA_OFF_QR(f) (DSK_MLA_OFF_QN(f) + DSK_MLA_HEADS * DSK_MLA_QN_STRIDE(f) * 2)
 #define DSK_MLA_OFF_P(f) (DSK_MLA_OFF_QR(f) + DSK_MLA_HEADS * DSK_MLA_QR_STRIDE * 2)
-/* P: partial scores of each warp, fp32 [WARPS][HEADS][P_STRIDE] */
-#define DSK_MLA_OFF_RED(f) (DSK_MLA_OFF_P(f) + DSK_MLA_WARPS * DSK_MLA_HEADS * DSK_MLA_P_STRIDE * 4)
+/* P: partial scores of each of the nw warps, fp32 [nw][HEADS][P_STRIDE] */
+#define DSK_MLA_OFF_RED_W(f, nw) (DSK_MLA_OFF_P(f) + (nw) * DSK_MLA_HEADS * DSK_MLA_P_STRIDE * 4)
 /* red: qscale[HEADS] fp32; then valid[STAGES][SUB] int32 */
-#define DSK_MLA_OFF_VALID(f) (DSK_MLA_OFF_RED(f) + DSK_MLA_HEADS * 4)
-#define DSK_MLA_SMEM_BYTES(f) (DSK_MLA_OFF_VALID(f) + DSK_MLA_STAGES * DSK_MLA_SUB * 4)
+#define DSK_MLA_OFF_VALID_W(f, nw) (DSK_MLA_OFF_RED_W(f, nw) + DSK_MLA_HEADS * 4)
+#define DSK_MLA_SMEM_BYTES_W(f, nw) (DSK_MLA_OFF_VALID_W(f, nw) + DSK_MLA_STAGES * DSK_MLA_SUB * 4)
+#define DSK_MLA_OFF_RED(f) DSK_MLA_OFF_RED_W(f, DSK_MLA_WARPS)
+#define DSK_MLA_OFF_VALID(f) DSK_MLA_OFF_VALID_W(f, DSK_MLA_WARPS)
+#define DSK_MLA_SMEM_BYTES(f) DSK_MLA_SMEM_BYTES_W(f, DSK_MLA_WARPS)
 
 /* ---- the 32-head kernel (tactic heads per CTA 32; sparse_mla_k32.cuh):
  * 8 warps = 2 head tiles x 4 dim quarters. Per 32-candidate stage the raw
