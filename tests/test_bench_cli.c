@@ -3,7 +3,9 @@
  * succeeds, prints its comment lines, the CSV header and one row per (case,
  * op) with the header's column count. Timing is never asserted. The
  * context comes from DSK_TEST_DEVICE (default the CPU). Also: filters that
- * select nothing print the header only, unknown op names fail. */
+ * select nothing print the header only, unknown op names fail. And the
+ * benches' repeated-normal fill at the sizes around its period (an exact
+ * -size buffer, so ASan catches any write past the end). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -185,7 +187,32 @@ static void test_moe(dsk_ctx *ctx) {
   fclose(f);
 }
 
+/* tu_fill_bf16_normal_rep: n values, a block of min(n, 2^20 + 13) normals
+ * repeated; sizes around the period (a fill at exactly 2^20 elements once
+ * wrote 13 elements past the buffer: dsk bench mhc at T 64). */
+static void test_fill_rep(void) {
+  const size_t rep = ((size_t)1 << 20) + 13;
+  const size_t sizes[] = {1, 1000, (size_t)1 << 20, rep - 1, rep, rep + 1, 2 * rep + 7};
+  for (size_t si = 0; si < sizeof sizes / sizeof sizes[0]; si++) {
+    const size_t n = sizes[si];
+    dsk_bf16 *p = malloc(sizeof *p * n);
+    TU_CHECK(&counts, p != NULL, "malloc");
+    if (!p) return;
+    tu_rng r = tu_rng_make(17 + si);
+    tu_fill_bf16_normal_rep(&r, p, n, 1.0);
+    size_t bad = 0, zeros = 0;
+    for (size_t i = 0; i < n; i++) {
+      bad += i >= rep && memcmp(&p[i], &p[i - rep], sizeof *p) != 0;
+      zeros += dsk_bf16_to_f32(p[i]) == 0.0f;
+    }
+    TU_CHECK(&counts, bad == 0, "n %zu: %zu values break the period", n, bad);
+    TU_CHECK(&counts, zeros * 100 < n + 100, "n %zu: %zu zeros", n, zeros);
+    free(p);
+  }
+}
+
 int main(void) {
+  test_fill_rep();
   dsk_ctx *ctx = tu_ctx(NULL);
   TU_CHECK(&counts, ctx != NULL, "context");
   if (!ctx) return tu_finish("test_bench_cli", &counts);
