@@ -69,13 +69,14 @@ dsk_status dsk__cuda_mhc_head(dsk_ctx *ctx, const dsk_mhc_head_desc *d, const ds
 /* Shared memory bytes of the largest mHC kernel configuration
  * (host-computable; for the SM120 budget test). */
 int64_t dsk__cuda_mhc_smem_bytes(void);
-/* indexer.cu */
+/* indexer_logits.cu */
 dsk_status dsk__cuda_indexer_logits(dsk_ctx *ctx, const dsk_indexer_logits_desc *d, int64_t skip_le);
-int64_t dsk__cuda_topk_workspace(const dsk_ctx *ctx, const dsk__topk_args *a);
-dsk_status dsk__cuda_topk(dsk_ctx *ctx, const dsk__topk_args *a);
 /* Shared memory bytes of one logits CTA for n_heads (the kernel's own
  * layout; <= DSK_SM120_SMEM_LIMIT for every n_heads in 1..128). */
 int64_t dsk__cuda_indexer_logits_smem_bytes(int64_t n_heads);
+/* indexer_topk.cu */
+int64_t dsk__cuda_topk_workspace(const dsk_ctx *ctx, const dsk__topk_args *a);
+dsk_status dsk__cuda_topk(dsk_ctx *ctx, const dsk__topk_args *a);
 /* moe_ops.cu: the MoE ops other than the GEMMs (same kernels for both tables) */
 dsk_status dsk__cuda_mx_quantize(dsk_ctx *ctx, const dsk_mx_quantize_desc *d);
 dsk_status dsk__cuda_fp8_quantize_1x128(dsk_ctx *ctx, const dsk_fp8_quantize_desc *d);
