@@ -36,7 +36,7 @@
  *     GB/s over the distinct key bytes read (132 B per entry).
  *
  * Then one MoE row per model (DSv4-Flash, GLM-5.1, DSv4-Pro; the rows are
- * made by dsk__moe_demo_row in check_moe.c): dsk_moe_run of one layer for
+ * made by dsk__moe_demo_row in check_moe_forward.c): dsk_moe_run of one layer for
  * the same 16 tokens through the router; on CUDA production H / I / E /
  * top-k with 16 local experts (an EP16 rank, the selection bias steering
  * every token to them), on the CPU (or with quick) reduced shapes, labelled

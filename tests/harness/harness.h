@@ -39,7 +39,7 @@ int dsk_check_indexer(dsk_ctx *ctx, const dsk_check_opts *o, tu_counts *c);
  *    dsk_sf_pack_mn_major bit-exact against the cpu-ref;
  *  - dsk_moe_run on DSv4-Flash, DSv4-Pro and GLM-5.1 geometry against the
  *    cpu-ref (diff <= 0.01, warning above 1e-4; skipped when ctx is the
- *    cpu-ref itself) and against an fp64 forward written in check_moe.c
+ *    cpu-ref itself) and against an fp64 forward written in check_moe_forward.c
  *    from the checkpoint tensors (diff <= 0.01).
  * quick: H 256..384, I 128..384, E 8..16, T 1, 3, 64 (a few seconds on 2
  * cores); full: production H and I, EP slices of 8 local experts of the full
@@ -139,7 +139,7 @@ int dsk_bench_moe(dsk_ctx *ctx, const dsk_bench_moe_opts *o, FILE *out);
 int dsk__bench_preamble(dsk_ctx *ctx, const dsk_ctx_info *info, const char *bench, int small_copy, int warm,
                         FILE *out, double *copy_gbps);
 
-/* check_moe.c: one MoE row of `dsk demo` (which: 0 DSv4-Flash, 1 GLM-5.1,
+/* check_moe_forward.c: one MoE row of `dsk demo` (which: 0 DSv4-Flash, 1 GLM-5.1,
  * 2 DSv4-Pro; production shapes on CUDA, reduced ones on the CPU). res:
  * median_us, GB/s, TFLOPS, rel_l2, max_abs. Returns 0 if the row ran. */
 int dsk__moe_demo_row(dsk_ctx *ctx, dsk_ctx *ref, int which, int quick, int reps, uint64_t seed, double res[5],
