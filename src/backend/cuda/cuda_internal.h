@@ -77,7 +77,8 @@ int64_t dsk__cuda_indexer_logits_smem_bytes(int64_t n_heads);
 /* indexer_topk.cu */
 int64_t dsk__cuda_topk_workspace(const dsk_ctx *ctx, const dsk__topk_args *a);
 dsk_status dsk__cuda_topk(dsk_ctx *ctx, const dsk__topk_args *a);
-/* moe_ops.cu: the MoE ops other than the GEMMs (same kernels for both tables) */
+/* moe_ops.cu (and moe_route.cu for the router): the MoE ops other than the
+ * GEMMs (same kernels for both tables) */
 dsk_status dsk__cuda_mx_quantize(dsk_ctx *ctx, const dsk_mx_quantize_desc *d);
 dsk_status dsk__cuda_fp8_quantize_1x128(dsk_ctx *ctx, const dsk_fp8_quantize_desc *d);
 dsk_status dsk__cuda_pack_ue8m0_words(dsk_ctx *ctx, const dsk_pack_ue8m0_desc *d);

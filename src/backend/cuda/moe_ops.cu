@@ -1,8 +1,9 @@
 /* moe_ops.cu - the CUDA MoE ops other than the two GEMMs (spec/mxfp4-moe.md
- * §2, §4, §5.5, §6; docs/moe.md): quantizers, scale packing, routing,
- * permute into the m-grouped contiguous layout, SwiGLU + re-quantization
- * and the weighted gather. The GEMMs (dsk__cuda_moe_gemm,
- * dsk__cuda_dense_fp8_gemm) live in moe_gemm.cu.
+ * §2, §4, §5.5, §6; docs/moe.md): quantizers, scale packing, permute into
+ * the m-grouped contiguous layout, SwiGLU + re-quantization and the
+ * weighted gather. The router (dsk__cuda_moe_route) lives in moe_route.cu,
+ * the GEMMs (dsk__cuda_moe_gemm, dsk__cuda_dense_fp8_gemm) in moe_gemm.cu;
+ * moe_common.cuh holds the helpers they share.
  *
  * Entry points (extern "C", the slot signatures of src/backend/backend.h;
  * to be listed in cuda_internal.h and put in the DSK_CUDA_SLOTS of
@@ -11,7 +12,6 @@
  *   dsk_status dsk__cuda_fp8_quantize_1x128(dsk_ctx *ctx, const dsk_fp8_quantize_desc *d);
  *   dsk_status dsk__cuda_pack_ue8m0_words(dsk_ctx *ctx, const dsk_pack_ue8m0_desc *d);
  *   dsk_status dsk__cuda_sf_pack_mn_major(dsk_ctx *ctx, const dsk_sf_pack_desc *d);
- *   dsk_status dsk__cuda_moe_route(dsk_ctx *ctx, const dsk_moe_route_desc *d);
  *   dsk_status dsk__cuda_moe_permute(dsk_ctx *ctx, const dsk_moe_permute_desc *d);
  *   dsk_status dsk__cuda_swiglu_quant(dsk_ctx *ctx, const dsk_swiglu_quant_desc *d);
  *   dsk_status dsk__cuda_moe_gather(dsk_ctx *ctx, const dsk_moe_gather_desc *d);
@@ -35,17 +35,6 @@
  *    the 1x128 rule. exp() is CUDA's fp64 exp (<= 1 ulp from glibc's), so h
  *    can differ from the reference in the last fp64 bit and, very rarely,
  *    in one fp32 ulp (then one e4m3 code may differ).
- *  - Router: logits in fp64 (exact bf16 products) with a fixed reduction
- *    order (per lane sequential over its columns, then a 3-step butterfly
- *    over 8 lanes, then chunks of 1024 columns in ascending order; with a
- *    workspace: per thread over its 8-column vectors, then a fixed tree
- *    over the 256 threads, see route_logits_kernel), not the
- *    reference's single sequential sum; scores with CUDA's fp64
- *    exp/log1p/sqrt. Selection is the reference's total order (larger
- *    s + bias first, NaN below everything, equal values -> lower id), so ids
- *    equal the reference's unless two biased scores differ by ~1e-13
- *    relative (random data never does; exact ties are resolved alike); the
- *    fp32 weights may differ by one ulp.
  *
  * Kernels (one simple mapping each):
  *  mx_quantize     one thread per (row, 32-block): dsk_fmt_mx_quant_block
@@ -55,21 +44,6 @@
  *                  padding rows [rows, round_up(rows, 4))
  *  pack words      one thread per output word
  *  sf pack         one thread per packed word (padding words 0)
- *  route           one block per TB in {1,2,4,8} tokens (512 threads;
- *                  1024 when TB = 1): fp64 logits [TB, E] in shared memory
- *                  (x staged in chunks of 1024 columns; 8 lanes per expert),
- *                  then one warp per token for scores, top-k (K argmax
- *                  passes with a per-lane "taken" bit mask) or the hash
- *                  table, and the weights. Without a workspace the logits
- *                  of a token cannot be spread over several blocks: at
- *                  decode (T small) one SM streams the whole gate weight
- *                  (2-5.5 MB, ~95 us). With the caller's workspace
- *                  (dsk_moe_route_plan: fp64 logits [T, E]) two kernels:
- *                  route_logits_kernel, one 256-thread block per (2 or 4
- *                  experts, TT in {1,2,4,8} tokens) splitting H (T = 1:
- *                  E/2 blocks, every 16-byte load of gate_w in flight at
- *                  once), then route_kernel's selection on those logits,
- *                  launched with PDL (griddepcontrol.wait before any read).
  *  permute         three kernels, workspace = the cpu-ref rule (cnt[E_local],
  *                  start[E_local], int64):
  *                   1. one block: per-expert counts (shared-memory
@@ -95,42 +69,7 @@
 
 namespace {
 
-constexpr unsigned kFull = 0xffffffffu;
-constexpr int kThreads = 256;
-constexpr int64_t kMaxGrid = 1 << 20;
-
-__device__ __forceinline__ float bf16f(uint16_t b) { return __uint_as_float((uint32_t)b << 16); }
-
-__device__ __forceinline__ int warp_sum_i(int v) {
-#pragma unroll
-  for (int o = 16; o; o >>= 1) v += __shfl_xor_sync(kFull, v, o);
-  return v;
-}
-
-/* Maximum of finite non-negative floats (exact, order-free). */
-__device__ __forceinline__ float warp_max_nonneg(float v) {
-#pragma unroll
-  for (int o = 16; o; o >>= 1) {
-    const float w = __shfl_xor_sync(kFull, v, o);
-    v = w > v ? w : v;
-  }
-  return v;
-}
-
-__device__ __forceinline__ bool f32_nonfinite(float v) { return (__float_as_uint(v) & 0x7FFFFFFFu) >= 0x7F800000u; }
-
-__device__ __forceinline__ void count_add(unsigned long long *c, long long v) {
-  if (c && v) atomicAdd(c, (unsigned long long)v);
-}
-
-static inline unsigned grid_for(int64_t items, int64_t per_block) {
-  int64_t g = (items + per_block - 1) / per_block;
-  if (g < 1) g = 1;
-  if (g > kMaxGrid) g = kMaxGrid;
-  return (unsigned)g;
-}
-
-static inline bool aligned16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
+#include "moe_common.cuh"
 
 /* ======================================================== MX quantize */
 struct MxqParams {
@@ -280,397 +219,6 @@ __global__ void __launch_bounds__(kThreads) sf_pack_kernel(int64_t G, int64_t MN
     }
     out[i] = w; /* i == g*kp*t4 + pw*t4 + mn == dsk_fmt_sf_off(MN, sf_k, g, mn, pw) */
   }
-}
-
-/* ============================================================== route */
-/* threads per block: 1024 with one token per block (decode: the block
- * streams the whole gate weight, so as many loads in flight as possible),
- * else 512 */
-template <int TB>
-struct RouteCfg {
-  static constexpr int threads = TB == 1 ? 1024 : 512;
-  static constexpr int warps = threads / 32;
-};
-constexpr int kRouteBatch = 4; /* 16-byte gate-weight loads issued per lane before they are used */
-constexpr int kRouteChunk = 1024; /* columns of x staged per round */
-constexpr int kRouteSmem = 49152; /* shared-memory budget of one block */
-
-struct RouteParams {
-  int64_t T, E, K, H;
-  int score, hash, renormalize;
-  const float *logits;
-  int64_t logits_stride;
-  const uint16_t *x;
-  int64_t x_stride;
-  const uint16_t *gate_w;
-  const float *bias;
-  const int64_t *tid2eid;
-  int64_t vocab;
-  const int32_t *token_ids;
-  double scaling;
-  int32_t *ids;
-  int64_t ids_stride;
-  float *weights;
-  int64_t weights_stride;
-  unsigned long long *counters;
-  /* the caller's workspace: fp64 logits [T, E] (row stride E), written by
-   * route_logits_kernel and read by route_kernel; NULL = none */
-  double *zws;
-};
-
-/* Bytes of the fp64 logits region (rounded up so the staged x is 16-byte aligned). */
-__host__ __device__ __forceinline__ int64_t route_z_bytes(int64_t tb, int64_t E) {
-  return (tb * E * (int64_t)sizeof(double) + 15) / 16 * 16;
-}
-
-/* a ranks before b (the reference's order): larger first, NaN below
- * everything, equal values -> lower id first. */
-__device__ __forceinline__ bool ranks_before(double a, int ia, double b, int ib) {
-  const bool na = a != a, nb = b != b;
-  if (na || nb) return na == nb ? ia < ib : nb;
-  if (a != b) return a > b;
-  return ia < ib;
-}
-
-__device__ __forceinline__ double score_of(int score, double z) {
-  if (score == (int)DSK_MOE_SCORE_SIGMOID) return 1.0 / (1.0 + exp(-z));
-  const double sp = (z > 0 ? z : 0.0) + log1p(exp(-fabs(z)));
-  return sqrt(sp);
-}
-
-/* ---------------------------------------------- logits into a workspace */
-/* With a workspace the logits are computed by a grid of blocks, then
- * route_kernel selects from them (launched with PDL). One block per
- * (EB experts, TT tokens), EB = route_lg_eb(TT) (2 at T <= 2: E/2 blocks
- * stream gate_w at decode; else 4, more reuse of every load): its 256
- * threads split H in 8-column vectors (thread tid owns the vectors
- * tid + 256 j; kU steps of loads are issued before they are used), each
- * thread keeps EB * TT fp64 partial sums
- * (exact bf16 products, columns ascending), then a fixed-order reduction:
- * recursive halving over the lane bits 16, 8, ... (each of the NV sums
- * ends on its own lanes), a butterfly over the remaining lane bits, and
- * the 8 warps' results added in warp order by one thread each. Blocks
- * along x are expert groups (the tiles of one token tile run together and
- * share x in L2; gate_w stays in L2), along y token tiles (a grid-stride
- * loop beyond 65535). Deterministic: the order depends on H and TT only. */
-constexpr int kLgThreads = 256;
-constexpr int kLgWarps = kLgThreads / 32;
-constexpr int kLgMaxY = 65535;    /* gridDim.y limit */
-/* experts per logits block for TT tokens per block */
-__host__ __device__ constexpr int route_lg_eb(int tt) { return tt <= 2 ? 2 : 4; }
-
-__device__ __forceinline__ uint32_t u4_word(const uint4 &v, int i) {
-  return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
-}
-/* bf16 element c (0..7) of the 8 packed in v, as fp64 (exact). */
-__device__ __forceinline__ double u4_bf16d(const uint4 &v, int c) {
-  const uint32_t w = u4_word(v, c >> 1);
-  return (double)__uint_as_float((c & 1) ? (w & 0xFFFF0000u) : (w << 16));
-}
-/* The n (0..8) bf16 at q, zero-padded to 8, packed as in memory. VEC: one
- * 16-byte load (q 16-byte aligned, n is 0 or 8); else element loads. */
-template <bool VEC>
-__device__ __forceinline__ uint4 load8_bf16(const uint16_t *q, int n) {
-  if (VEC) return n > 0 ? __ldg((const uint4 *)q) : make_uint4(0, 0, 0, 0);
-  uint32_t w[4] = {0, 0, 0, 0};
-#pragma unroll
-  for (int c = 0; c < 8; c++)
-    if (c < n) w[c >> 1] |= (uint32_t)__ldg(q + c) << ((c & 1) * 16);
-  return make_uint4(w[0], w[1], w[2], w[3]);
-}
-
-template <int TT, bool VEC>
-__global__ void __launch_bounds__(kLgThreads) route_logits_kernel(RouteParams p) {
-  constexpr int kLgEB = route_lg_eb(TT);
-  constexpr int NV = kLgEB * TT; /* partial sums per thread, index el * TT + t */
-  constexpr int LG = NV == 2 ? 1 : NV == 4 ? 2 : NV == 8 ? 3 : NV == 16 ? 4 : 5;
-  /* column steps whose loads are issued together (T = 1: H up to 8192 in one batch) */
-  constexpr int kU = TT == 1 ? 4 : TT == 2 ? 2 : 1;
-  static_assert((1 << LG) == NV && LG <= 5, "NV: 2, 4, 8, 16 or 32");
-  __shared__ double red[kLgWarps][NV];
-  /* the selection kernel may launch now: it waits (griddepcontrol.wait) for
-   * this whole grid before reading the logits */
-  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
-  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  const int64_t T = p.T, E = p.E, H = p.H;
-  const int64_t e0 = (int64_t)blockIdx.x * kLgEB;
-  const int64_t nsteps = ((H + 7) / 8 + kLgThreads - 1) / kLgThreads;
-  const int64_t ntiles = (T + TT - 1) / TT;
-  for (int64_t tile = blockIdx.y; tile < ntiles; tile += gridDim.y) { /* block-uniform trip count */
-    const int64_t t0 = tile * TT;
-    double acc[NV];
-#pragma unroll
-    for (int i = 0; i < NV; i++) acc[i] = 0.0;
-    for (int64_t j0 = 0; j0 < nsteps; j0 += kU) {
-      uint4 wv[kU][kLgEB], xv[kU][TT];
-      int nv[kU]; /* columns of this thread's vector that exist (0..8) */
-#pragma unroll
-      for (int u = 0; u < kU; u++) {
-        const int64_t col = ((j0 + u) * kLgThreads + tid) * 8;
-        nv[u] = (j0 + u < nsteps && col < H) ? (int)(H - col < 8 ? H - col : 8) : 0;
-        const int64_t cc = nv[u] > 0 ? col : 0; /* no pointer past the row */
-#pragma unroll
-        for (int el = 0; el < kLgEB; el++) {
-          const bool live = e0 + el < E;
-          wv[u][el] = load8_bf16<VEC>(p.gate_w + (live ? e0 + el : 0) * H + cc, live ? nv[u] : 0);
-        }
-#pragma unroll
-        for (int t = 0; t < TT; t++) {
-          const bool live = t0 + t < T;
-          xv[u][t] = load8_bf16<VEC>(p.x + (live ? t0 + t : 0) * p.x_stride + cc, live ? nv[u] : 0);
-        }
-      }
-#pragma unroll
-      for (int u = 0; u < kU; u++) {
-        if (nv[u] == 0) continue;
-        /* missing columns are 0 * 0: acc + 0 leaves acc as it is (acc is
-         * never -0: it starts at +0 and RN sums are -0 only from -0 + -0) */
-#pragma unroll
-        for (int c = 0; c < 8; c++) {
-          double wd[kLgEB], xd[TT];
-#pragma unroll
-          for (int el = 0; el < kLgEB; el++) wd[el] = u4_bf16d(wv[u][el], c);
-#pragma unroll
-          for (int t = 0; t < TT; t++) xd[t] = u4_bf16d(xv[u][t], c);
-#pragma unroll
-          for (int el = 0; el < kLgEB; el++)
-#pragma unroll
-            for (int t = 0; t < TT; t++) acc[el * TT + t] = fma(xd[t], wd[el], acc[el * TT + t]);
-        }
-      }
-    }
-    /* recursive halving: at level l (lane bit o = 16 >> l) the lane with
-     * the bit set keeps the upper half of its h = NV >> (l + 1) pairs, the
-     * other the lower half, each adding its partner's copy; after LG levels
-     * the lane holds sum index lane >> (5 - LG) */
-#pragma unroll
-    for (int l = 0; l < LG; l++) {
-      const int o = 16 >> l, h = NV >> (l + 1);
-      const bool up = (lane & o) != 0;
-#pragma unroll
-      for (int i = 0; i < NV / 2; i++) {
-        if (i < h) {
-          const double lo = acc[i], hi = acc[i + h];
-          const double got = __shfl_xor_sync(kFull, up ? lo : hi, o);
-          acc[i] = (up ? hi : lo) + got;
-        }
-      }
-    }
-    /* the lanes that share the high bits hold the same index: butterfly over the low bits */
-#pragma unroll
-    for (int o = 16 >> LG; o > 0; o >>= 1) acc[0] += __shfl_xor_sync(kFull, acc[0], o);
-    if ((lane & ((32 >> LG) - 1)) == 0) red[warp][lane >> (5 - LG)] = acc[0];
-    __syncthreads();
-    if (tid < NV) {
-      double s = red[0][tid];
-#pragma unroll
-      for (int w = 1; w < kLgWarps; w++) s += red[w][tid];
-      const int el = tid / TT, t = tid - (tid / TT) * TT;
-      const int64_t e = e0 + el, tg = t0 + t;
-      if (e < E && tg < T) p.zws[tg * E + e] = s;
-    }
-    __syncthreads(); /* red is rewritten by the next tile */
-  }
-}
-
-template <int TT>
-static void launch_logits(bool vec, dim3 grid, cudaStream_t st, const RouteParams &p) {
-  if (vec)
-    route_logits_kernel<TT, true><<<grid, kLgThreads, 0, st>>>(p);
-  else
-    route_logits_kernel<TT, false><<<grid, kLgThreads, 0, st>>>(p);
-}
-
-/* One block per TB tokens. Shared memory: z fp64 [TB, E], then (logits
- * computed here) x bf16 [TB, kRouteChunk]. With p.zws the logits come from
- * route_logits_kernel (this kernel is then launched with PDL). */
-template <int TB, bool VEC>
-__global__ void __launch_bounds__(RouteCfg<TB>::threads, 1) route_kernel(RouteParams p) {
-  constexpr int kRouteThreads = RouteCfg<TB>::threads, kRouteWarps = RouteCfg<TB>::warps;
-  extern __shared__ __align__(16) unsigned char smem[];
-  double *z = (double *)smem;
-  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  const int E = (int)p.E, K = (int)p.K;
-  const int64_t t0 = (int64_t)blockIdx.x * TB;
-  const int nt = (int)(p.T - t0 < TB ? p.T - t0 : TB);
-  /* launched with PDL (p.zws): the logits kernel's writes are visible
-   * after this; otherwise a no-op */
-  asm volatile("griddepcontrol.wait;\n" ::: "memory");
-
-  /* ---- 1. logits */
-  if (p.logits || p.zws) { /* the given fp32 logits, or route_logits_kernel's fp64 ones */
-    for (int i = tid; i < nt * E; i += kRouteThreads) {
-      const int t = i / E, e = i - t * E;
-      z[i] = p.logits ? (double)p.logits[(t0 + t) * p.logits_stride + e] : p.zws[(t0 + t) * p.E + e];
-    }
-  } else {
-    uint16_t *xs = (uint16_t *)(smem + route_z_bytes(TB, E));
-    for (int i = tid; i < TB * E; i += kRouteThreads) z[i] = 0.0;
-    const int sl = lane & 7, grp = lane >> 3; /* 8 lanes per expert, 4 experts per warp */
-    const int groups = (E + 3) / 4;
-    for (int64_t h0 = 0; h0 < p.H; h0 += kRouteChunk) {
-      __syncthreads(); /* the previous chunk's readers are done */
-      for (int i = tid; i < TB * kRouteChunk; i += kRouteThreads) {
-        const int t = i / kRouteChunk, c = i - t * kRouteChunk;
-        const int64_t h = h0 + c;
-        xs[i] = (t < nt && h < p.H) ? p.x[(t0 + t) * p.x_stride + h] : (uint16_t)0;
-      }
-      __syncthreads();
-      for (int eg = warp; eg < groups; eg += kRouteWarps) {
-        const int e = 4 * eg + grp;
-        const bool live = e < E;
-        const uint16_t *wrow = p.gate_w + (int64_t)(live ? e : 0) * p.H;
-        double acc[TB];
-#pragma unroll
-        for (int t = 0; t < TB; t++) acc[t] = 0.0;
-        /* columns c0 + c, c0 = 64 q + 8 sl, q ascending, c ascending: the
-         * order of this lane's partial sums. Loads go in batches of
-         * kRouteBatch q steps ahead of their use (memory-level parallelism). */
-        for (int q0 = 0; q0 < kRouteChunk / 64; q0 += kRouteBatch) {
-          uint4 wv[kRouteBatch];
-          int nv[kRouteBatch]; /* columns of the 8 that exist (h + c < H) */
-#pragma unroll
-          for (int u = 0; u < kRouteBatch; u++) {
-            const int64_t h = h0 + 64 * (q0 + u) + 8 * sl;
-            nv[u] = 0;
-            wv[u] = make_uint4(0, 0, 0, 0);
-            if (live && h < p.H) {
-              nv[u] = p.H - h < 8 ? (int)(p.H - h) : 8;
-              if (VEC) /* H % 8 == 0, gate_w 16-byte aligned: nv = 8 */
-                wv[u] = *(const uint4 *)(wrow + h);
-            }
-          }
-#pragma unroll
-          for (int u = 0; u < kRouteBatch; u++) {
-            const int c0 = 64 * (q0 + u) + 8 * sl;
-            const int64_t h = h0 + c0;
-            double w[8];
-            if (VEC) {
-              const uint32_t ww[4] = {wv[u].x, wv[u].y, wv[u].z, wv[u].w};
-#pragma unroll
-              for (int c = 0; c < 4; c++) {
-                w[2 * c] = (double)__uint_as_float(ww[c] << 16);
-                w[2 * c + 1] = (double)__uint_as_float(ww[c] & 0xFFFF0000u);
-              }
-            } else {
-#pragma unroll
-              for (int c = 0; c < 8; c++) w[c] = c < nv[u] ? (double)bf16f(wrow[h + c]) : 0.0;
-            }
-            if (nv[u] == 8) {
-#pragma unroll
-              for (int t = 0; t < TB; t++) {
-                const uint4 xv = *(const uint4 *)(xs + t * kRouteChunk + c0);
-                const uint32_t xx[4] = {xv.x, xv.y, xv.z, xv.w};
-#pragma unroll
-                for (int c = 0; c < 4; c++) {
-                  acc[t] += (double)__uint_as_float(xx[c] << 16) * w[2 * c];
-                  acc[t] += (double)__uint_as_float(xx[c] & 0xFFFF0000u) * w[2 * c + 1];
-                }
-              }
-            } else if (nv[u] > 0) { /* the tail of a row whose H is not a multiple of 8 */
-#pragma unroll
-              for (int t = 0; t < TB; t++) {
-#pragma unroll
-                for (int c = 0; c < 8; c++)
-                  if (c < nv[u]) acc[t] += (double)bf16f(xs[t * kRouteChunk + c0 + c]) * w[c];
-              }
-            }
-          }
-        }
-        /* fixed-order reduction over the 8 lanes of the expert (all lanes
-         * end with the same sum: IEEE addition is commutative) */
-#pragma unroll
-        for (int t = 0; t < TB; t++) {
-#pragma unroll
-          for (int o = 4; o; o >>= 1) acc[t] += __shfl_xor_sync(kFull, acc[t], o);
-        }
-#pragma unroll
-        for (int t = 0; t < TB; t++)
-          if (live && sl == t && t < nt) z[t * E + e] += acc[t];
-      }
-    }
-  }
-  __syncthreads();
-
-  /* ---- 2. one warp per token: scores, selection, weights */
-  for (int t = warp; t < nt; t += kRouteWarps) {
-    double *zt = z + t * E;
-    const int64_t tg = t0 + t;
-    bool nonfin = false;
-    for (int e = lane; e < E; e += 32) {
-      const double zz = zt[e];
-      nonfin |= !isfinite(zz);
-      zt[e] = score_of(p.score, zz);
-    }
-    nonfin = __any_sync(kFull, nonfin);
-    __syncwarp();
-    int my_idx = -1; /* lane k < K: the k-th selected id */
-    bool badt = false;
-    if (p.hash) {
-      if (lane < K) {
-        const int32_t tok = p.token_ids[tg];
-        int64_t e = -1;
-        if (tok >= 0 && tok < p.vocab) e = p.tid2eid[(int64_t)tok * K + lane];
-        if (e < 0 || e >= E) {
-          badt = true;
-          e = -1;
-        }
-        my_idx = (int)e;
-      }
-      badt = __any_sync(kFull, badt);
-    } else {
-      uint32_t taken = 0; /* bit j: expert lane + 32 j taken (E <= 1024) */
-      for (int k = 0; k < K; k++) {
-        double bv = 0.0;
-        int be = -1;
-        for (int j = 0; lane + 32 * j < E; j++) {
-          if ((taken >> j) & 1u) continue;
-          const int e = lane + 32 * j;
-          const double v = zt[e] + (p.bias ? (double)p.bias[e] : 0.0);
-          if (be < 0 || ranks_before(v, e, bv, be)) {
-            bv = v;
-            be = e;
-          }
-        }
-#pragma unroll
-        for (int o = 16; o; o >>= 1) {
-          const double ov = __shfl_xor_sync(kFull, bv, o);
-          const int oe = __shfl_xor_sync(kFull, be, o);
-          if (oe >= 0 && (be < 0 || ranks_before(ov, oe, bv, be))) {
-            bv = ov;
-            be = oe;
-          }
-        }
-        /* be >= 0: K <= E leaves a candidate in every pass */
-        if (be >= 0 && lane == (be & 31)) taken |= 1u << (be >> 5);
-        if (lane == k) my_idx = be;
-      }
-    }
-    const double my_w = my_idx >= 0 ? zt[my_idx] : 0.0;
-    double sum = 0.0;
-    for (int k = 0; k < K; k++) sum += __shfl_sync(kFull, my_w, k);
-    const double div = p.renormalize ? (sum > 1e-20 ? sum : 1e-20) : 1.0;
-    if (lane < K) {
-      p.ids[tg * p.ids_stride + lane] = my_idx;
-      p.weights[tg * p.weights_stride + lane] = (float)(my_w / div * p.scaling);
-    }
-    if (lane == 0 && p.counters) {
-      if (p.hash && badt) atomicAdd(&p.counters[0], 1ull);
-      if (nonfin) atomicAdd(&p.counters[1], 1ull);
-    }
-  }
-}
-
-template <int TB>
-static cudaError_t launch_route(bool vec, bool pdl, size_t smem, unsigned grid, cudaStream_t st,
-                                const RouteParams &p) {
-  if (pdl) /* after route_logits_kernel: selection only */
-    return dsk__launch_pdl(route_kernel<TB, false>, dim3(grid), dim3(RouteCfg<TB>::threads), smem, st, p);
-  if (vec)
-    route_kernel<TB, true><<<grid, RouteCfg<TB>::threads, smem, st>>>(p);
-  else
-    route_kernel<TB, false><<<grid, RouteCfg<TB>::threads, smem, st>>>(p);
-  return cudaSuccess;
 }
 
 /* ============================================================ permute */
@@ -966,7 +514,6 @@ __global__ void __launch_bounds__(kThreads) gather_kernel(GatherParams p) {
 } /* namespace */
 
 /* ====================================================== entry points */
-#define MOE_SET_DEVICE(what) DSK_CUDA_TRY(what, cudaSetDevice(dsk__cuda_state(ctx)->device))
 
 extern "C" dsk_status dsk__cuda_mx_quantize(dsk_ctx *ctx, const dsk_mx_quantize_desc *d) {
   MOE_SET_DEVICE("mx_quantize");
@@ -1058,75 +605,6 @@ extern "C" dsk_status dsk__cuda_sf_pack_mn_major(dsk_ctx *ctx, const dsk_sf_pack
   sf_pack_kernel<<<grid_for(total, kThreads), kThreads, 0, st>>>(d->G, d->MN, d->sf_k, d->gran_mn, d->sf,
                                                                   d->sf_stride, d->sf_group_stride, d->out);
   DSK_CUDA_LAUNCHED("sf_pack_mn_major");
-  return DSK_STATUS_OK;
-}
-
-extern "C" dsk_status dsk__cuda_moe_route(dsk_ctx *ctx, const dsk_moe_route_desc *d) {
-  MOE_SET_DEVICE("moe_route");
-  cudaStream_t st = dsk__cuda_stream(ctx, d->stream);
-  RouteParams p;
-  memset(&p, 0, sizeof p);
-  p.T = d->T;
-  p.E = d->E;
-  p.K = d->topk;
-  p.H = d->H;
-  p.score = (int)d->score;
-  p.hash = d->router == DSK_MOE_ROUTER_HASH;
-  p.renormalize = d->renormalize;
-  p.logits = d->logits;
-  p.logits_stride = d->logits_stride;
-  p.x = (const uint16_t *)d->x;
-  p.x_stride = d->x_stride;
-  p.gate_w = (const uint16_t *)d->gate_w;
-  p.bias = d->bias;
-  p.tid2eid = d->tid2eid;
-  p.vocab = d->vocab;
-  p.token_ids = d->token_ids;
-  p.scaling = (double)d->routed_scaling_factor;
-  p.ids = d->ids;
-  p.ids_stride = d->ids_stride;
-  p.weights = d->weights;
-  p.weights_stride = d->weights_stride;
-  p.counters = (unsigned long long *)d->counters;
-  /* a workspace (validated: >= T * E * 8 bytes, 16-byte aligned) when the
-   * logits are computed here: logits kernel, then selection */
-  const bool ws = d->logits == NULL && d->workspace != NULL && d->workspace_bytes > 0;
-  const bool staged = d->logits != NULL || ws; /* route_kernel reads ready logits */
-  /* tokens per block: about T / SMs (a few blocks per SM re-read the gate
-   * weights from L2), capped by the shared-memory budget; in {1, 2, 4, 8} */
-  const int64_t per_tok = p.E * (int64_t)sizeof(double) + (staged ? 0 : kRouteChunk * 2);
-  const int64_t tbmax = (kRouteSmem - 16) / per_tok; /* >= 4: E <= 1024 */
-  const int64_t sms = ctx->info.sm_count > 0 ? ctx->info.sm_count : 1;
-  const int64_t want = (p.T + sms - 1) / sms;
-  int tb = 1;
-  while (tb < 8 && tb < want && 2 * tb <= tbmax) tb *= 2;
-  const size_t smem = (size_t)(route_z_bytes(tb, p.E) + (staged ? 0 : (int64_t)tb * kRouteChunk * 2));
-  const int64_t blocks = (p.T + tb - 1) / tb;
-  if (blocks > INT32_MAX) return dsk__fail(DSK_STATUS_UNSUPPORTED, "moe_route: T %lld too large", (long long)p.T);
-  if (ws) {
-    p.zws = (double *)d->workspace;
-    const int tt = p.T >= 5 ? 8 : p.T >= 3 ? 4 : (int)p.T; /* tokens per logits block */
-    const int64_t tiles = (p.T + tt - 1) / tt;
-    const int eb = route_lg_eb(tt);
-    const dim3 grid((unsigned)((p.E + eb - 1) / eb), (unsigned)(tiles < kLgMaxY ? tiles : kLgMaxY));
-    const bool lvec = p.H % 8 == 0 && p.x_stride % 8 == 0 && aligned16(d->gate_w) && aligned16(d->x);
-    switch (tt) {
-      case 1: launch_logits<1>(lvec, grid, st, p); break;
-      case 2: launch_logits<2>(lvec, grid, st, p); break;
-      case 4: launch_logits<4>(lvec, grid, st, p); break;
-      default: launch_logits<8>(lvec, grid, st, p); break;
-    }
-    DSK_CUDA_LAUNCHED("moe_route (logits)");
-  }
-  const bool vec = !staged && p.H % 8 == 0 && aligned16(d->gate_w);
-  const unsigned nb = (unsigned)blocks;
-  switch (tb) {
-    case 1: DSK_CUDA_TRY("moe_route (selection)", launch_route<1>(vec, ws, smem, nb, st, p)); break;
-    case 2: DSK_CUDA_TRY("moe_route (selection)", launch_route<2>(vec, ws, smem, nb, st, p)); break;
-    case 4: DSK_CUDA_TRY("moe_route (selection)", launch_route<4>(vec, ws, smem, nb, st, p)); break;
-    default: DSK_CUDA_TRY("moe_route (selection)", launch_route<8>(vec, ws, smem, nb, st, p)); break;
-  }
-  DSK_CUDA_LAUNCHED("moe_route");
   return DSK_STATUS_OK;
 }
 

@@ -1,0 +1,41 @@
+/* moe_common.cuh - small helpers shared by the CUDA MoE op files
+ * (moe_ops.cu, moe_route.cu). Included inside each file's anonymous
+ * namespace, after cuda_common.cuh. */
+#define MOE_SET_DEVICE(what) DSK_CUDA_TRY(what, cudaSetDevice(dsk__cuda_state(ctx)->device))
+
+constexpr unsigned kFull = 0xffffffffu;
+constexpr int kThreads = 256;
+constexpr int64_t kMaxGrid = 1 << 20;
+
+__device__ __forceinline__ float bf16f(uint16_t b) { return __uint_as_float((uint32_t)b << 16); }
+
+__device__ __forceinline__ int warp_sum_i(int v) {
+#pragma unroll
+  for (int o = 16; o; o >>= 1) v += __shfl_xor_sync(kFull, v, o);
+  return v;
+}
+
+/* Maximum of finite non-negative floats (exact, order-free). */
+__device__ __forceinline__ float warp_max_nonneg(float v) {
+#pragma unroll
+  for (int o = 16; o; o >>= 1) {
+    const float w = __shfl_xor_sync(kFull, v, o);
+    v = w > v ? w : v;
+  }
+  return v;
+}
+
+__device__ __forceinline__ bool f32_nonfinite(float v) { return (__float_as_uint(v) & 0x7FFFFFFFu) >= 0x7F800000u; }
+
+__device__ __forceinline__ void count_add(unsigned long long *c, long long v) {
+  if (c && v) atomicAdd(c, (unsigned long long)v);
+}
+
+static inline unsigned grid_for(int64_t items, int64_t per_block) {
+  int64_t g = (items + per_block - 1) / per_block;
+  if (g < 1) g = 1;
+  if (g > kMaxGrid) g = kMaxGrid;
+  return (unsigned)g;
+}
+
+static inline bool aligned16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
