@@ -1,5 +1,5 @@
-/* moe.h - internal helpers of the MoE ops (src/ops/moe.c,
- * src/ops/moe_prepare.c). Not public API. */
+/* moe.h - internal helpers of the MoE ops (src/ops/moe.c, moe_gemm.c,
+ * moe_forward.c, moe_prepare.c). Not public API. */
 #ifndef DSK_OPS_MOE_H
 #define DSK_OPS_MOE_H
 

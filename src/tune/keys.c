@@ -2,7 +2,7 @@
  * width buckets (A2-A4), the canonical tactic order (A9) and the launch-cost
  * estimate that picks the repeat counts (A7). The tactic sets and heuristics
  * themselves live next to each op (src/ops/sparse_mla.c, src/ops/mhc.c,
- * src/ops/moe.c). */
+ * src/ops/moe_gemm.c). */
 #include <inttypes.h>
 #include <math.h>
 #include <stdio.h>

@@ -215,7 +215,7 @@ dsk_status dsk__warmup_run(dsk_ctx *ctx, const dsk_warmup_list *l, unsigned flag
                            void *user, int assume_capturing);
 
 /* ---------------------------------------------------- MoE tactic sets */
-/* src/ops/moe.c: the tactic sets of moe_gemm (BLOCK_M in {64, 128} dividing
+/* src/ops/moe_gemm.c: the tactic sets of moe_gemm (BLOCK_M in {64, 128} dividing
  * A, BLOCK_N in {64, 128, 256}, split-K in {1, 2, 4} with (K / split) % 128
  * == 0; autotune.md §1) and dense_fp8_gemm (BLOCK_M in {16, 32, 64, 128}),
  * in the op's fixed order (BLOCK_M, then BLOCK_N, then split ascending);
