@@ -676,8 +676,11 @@ static dsk_status op_gather(dsk_ctx *cx, void *const *dev, const void *user) {
 }
 
 static int check_gather(dsk_ctx *ctx, dsk_ctx *ref, const dsk_check_opts *o, tu_counts *c, FILE *log) {
+  /* topk 12 and 16 take the backend's general path (CUDA: topk > 8), T 70000
+   * the CUDA launch's slices of 65535 tokens */
   static const ga_case cs[] = {{37, 6, 512, 300, 1, 0}, {37, 6, 512, 300, 0, 0}, {9, 8, 384, 100, 2, 0},
-                               {5, 6, 300, 64, 1, 3},  {1, 6, 4096, 384, 1, 0}};
+                               {5, 6, 300, 64, 1, 3},  {1, 6, 4096, 384, 1, 0},  {7, 12, 512, 300, 1, 0},
+                               {5, 16, 300, 64, 2, 3}, {70000, 2, 8, 64, 1, 0}};
   static const ga_case full[] = {{4096, 8, 6144, 20000, 1, 0}};
   tu_rng r = tu_rng_make(o->seed ^ 0x6A7Eu);
   int rc = 0;
@@ -705,7 +708,7 @@ static int check_gather(dsk_ctx *ctx, dsk_ctx *ref, const dsk_check_opts *o, tu_
     pair_add(&p, NULL, sizeof(dsk_bf16) * (size_t)(T * ns), 0xAB);
     pair_add(&p, NULL, 16, 0);
     char what[64];
-    snprintf(what, sizeof what, "gather T %lld N %lld shared %s", (long long)T, (long long)k->N,
+    snprintf(what, sizeof what, "gather T %lld K %lld N %lld shared %s", (long long)T, (long long)K, (long long)k->N,
              k->shared == 0 ? "none" : k->shared == 1 ? "yes" : "in place");
     dsk_status st = pair_run(ctx, ref, &p, op_gather, k);
     if (pair_ok(st, what, c, log)) {

@@ -39,9 +39,11 @@
  * Kernels (one simple mapping each):
  *  mx_quantize     one thread per (row, 32-block): dsk_fmt_mx_quant_block
  *  fp8 quant/SwiGLU one warp per (row, packed word p) = up to 4 groups of
- *                  128 (lane owns columns lane + 32 c); the warp also writes
- *                  the packed word (missing groups 0) and zero words for the
- *                  padding rows [rows, round_up(rows, 4))
+ *                  128 (lane owns columns lane + 32 c); the warp also
+ *                  writes the packed word (missing groups 0) and zero words
+ *                  for the padding rows [rows, round_up(rows, 4)). Up to
+ *                  kQ128GroupItems words: one warp per (row, group), each
+ *                  writing its byte of the packed word (decode latency)
  *  pack words      one thread per output word
  *  sf pack         one thread per packed word (padding words 0)
  *  permute         three kernels, workspace = the cpu-ref rule (cnt[E_local],
@@ -56,13 +58,17 @@
  *                   3. one block per row of A (padding rows zero-filled,
  *                      m_indices by a binary search of start) and per
  *                      assignment (the fp8 row and its scale bytes copied)
- *  gather          one block per token, a thread per 8 (or 1) columns
+ *  gather          blocks of (column slices, token), a thread per 8 (or 1)
+ *                  columns, all loads of a slice before the sum (topk <= 8;
+ *                  above, one block per token with the loads in turn)
  *
  * Capture-safe: no allocation, no host synchronisation, no host reads of
  * device data; shared memory per block <= 48 KB (no opt-in needed).
  */
 #include <stdint.h>
 #include <string.h>
+
+#include <type_traits>
 
 #include "cuda_common.cuh"
 #include "format/mxfp4.h"
@@ -118,8 +124,60 @@ struct Q128Params {
   unsigned long long *counters;
 };
 
+/* One group of 128 of row r (a warp; lane owns columns lane + 32 c): the
+ * codes of the group stored, its scale byte returned (padding rows: zeros,
+ * byte 0); non-finite values counted in bad. I: offset of `up` in a D1 row. */
+template <int MODE, bool F32>
+__device__ __forceinline__ uint8_t quant128_group(const Q128Params &p, int64_t r, int64_t g, int lane, bool pad,
+                                                  int64_t I, int &bad) {
+  uint8_t *qg = p.q + r * p.q_stride + g * DSK_FMT_FP8_GROUP;
+  uint8_t e = 0;
+  if (pad) {
+#pragma unroll
+    for (int c = 0; c < 4; c++) qg[lane + 32 * c] = 0;
+  } else {
+    float v[4];
+#pragma unroll
+    for (int c = 0; c < 4; c++) {
+      const int64_t col = g * DSK_FMT_FP8_GROUP + lane + 32 * c;
+      if (MODE == 0) {
+        const int64_t idx = r * p.x_stride + col;
+        v[c] = F32 ? ((const float *)p.x)[idx] : bf16f(((const uint16_t *)p.x)[idx]);
+      } else {
+        const uint16_t *row = (const uint16_t *)p.x + r * p.x_stride;
+        double gv = (double)bf16f(row[col]), uv = (double)bf16f(row[I + col]);
+        const double L = p.limit;
+        if (L > 0.0) {
+          if (gv > L) gv = L;
+          if (uv > L) uv = L;
+          if (uv < -L) uv = -L;
+        }
+        v[c] = (float)(gv / (1.0 + exp(-gv)) * uv);
+      }
+    }
+    float amax = 0.0f;
+#pragma unroll
+    for (int c = 0; c < 4; c++) {
+      if (f32_nonfinite(v[c])) {
+        bad++;
+        continue;
+      }
+      const float m = fabsf(v[c]);
+      amax = m > amax ? m : amax;
+    }
+    amax = warp_max_nonneg(amax);
+    e = dsk_fmt_fp8_scale_byte(amax);
+    const float s = dsk_fmt_pow2_from_byte(e);
+#pragma unroll
+    for (int c = 0; c < 4; c++)
+      qg[lane + 32 * c] = f32_nonfinite(v[c]) ? (uint8_t)DSK_FMT_E4M3_NAN : dsk_fmt_e4m3_from_f32(v[c] / s);
+  }
+  return e;
+}
+
 /* MODE 0: dsk_fp8_quantize_1x128 (F32 = fp32 input); MODE 1:
- * dsk_swiglu_quant (bf16 D1). One warp per (row, word p): groups 4p..4p+3;
+ * dsk_swiglu_quant (bf16 D1), for many items. One warp per (row, word p):
+ * groups 4p..4p+3;
  * lane owns columns lane + 32 c of each group. Items past the real rows
  * (packed output only) write the zero padding words. */
 template <int MODE, bool F32>
@@ -143,52 +201,53 @@ __global__ void quant128_kernel(Q128Params p) {
     for (int j = 0; j < 4; j++) {
       const int64_t g = pw * 4 + j;
       if (g >= p.ng) break; /* warp-uniform */
-      uint8_t *qg = p.q + r * p.q_stride + g * DSK_FMT_FP8_GROUP;
-      uint8_t e = 0;
-      if (pad) {
-#pragma unroll
-        for (int c = 0; c < 4; c++) qg[lane + 32 * c] = 0;
-      } else {
-        float v[4];
-#pragma unroll
-        for (int c = 0; c < 4; c++) {
-          const int64_t col = g * DSK_FMT_FP8_GROUP + lane + 32 * c;
-          if (MODE == 0) {
-            const int64_t idx = r * p.x_stride + col;
-            v[c] = F32 ? ((const float *)p.x)[idx] : bf16f(((const uint16_t *)p.x)[idx]);
-          } else {
-            const uint16_t *row = (const uint16_t *)p.x + r * p.x_stride;
-            double gv = (double)bf16f(row[col]), uv = (double)bf16f(row[I + col]);
-            const double L = p.limit;
-            if (L > 0.0) {
-              if (gv > L) gv = L;
-              if (uv > L) uv = L;
-              if (uv < -L) uv = -L;
-            }
-            v[c] = (float)(gv / (1.0 + exp(-gv)) * uv);
-          }
-        }
-        float amax = 0.0f;
-#pragma unroll
-        for (int c = 0; c < 4; c++) {
-          if (f32_nonfinite(v[c])) {
-            bad++;
-            continue;
-          }
-          const float m = fabsf(v[c]);
-          amax = m > amax ? m : amax;
-        }
-        amax = warp_max_nonneg(amax);
-        e = dsk_fmt_fp8_scale_byte(amax);
-        const float s = dsk_fmt_pow2_from_byte(e);
-#pragma unroll
-        for (int c = 0; c < 4; c++)
-          qg[lane + 32 * c] = f32_nonfinite(v[c]) ? (uint8_t)DSK_FMT_E4M3_NAN : dsk_fmt_e4m3_from_f32(v[c] / s);
-      }
+      const uint8_t e = quant128_group<MODE, F32>(p, r, g, lane, pad, I, bad);
       word |= (uint32_t)e << (8 * j);
       if (p.sf && lane == 0) p.sf[r * p.sf_stride + g] = e;
     }
     if (p.sf_packed && lane == 0) p.sf_packed[pw * p.T4 + r] = (int32_t)word;
+  }
+  bad = warp_sum_i(bad);
+  if (lane == 0) count_add(p.counters, bad);
+}
+
+/* Up to this many (row, word) items (decode: DSv4-Flash T = 1 has 1,536
+ * SwiGLU items, T = 16 has 24,576) the warp-per-group kernel below runs:
+ * four warps per item make the fp64 SwiGLU chains of one word run side by
+ * side (measured on the H200: 16 -> 8 us at T = 1; at T = 16 and 128,
+ * mostly padding rows, it was 7 % and 37 % slower than one warp per word,
+ * docs/benchmarks.md "MoE v3"). */
+constexpr int64_t kQ128GroupItems = 4096;
+
+/* The same ops for few items (decode: kQ128GroupItems words or fewer).
+ * One warp per (row, group of 128): lane l
+ * owns the columns l + 32 c (c = 0..3, independent, so the four SwiGLU
+ * evaluations of a lane overlap). Warp j of the four groups 4p..4p+3 of a
+ * row writes byte j of the packed scale word p (0 for a group past ng):
+ * four warps, four distinct bytes of one word, no barrier. Rows past the
+ * real rows (packed output only) get zero words. */
+template <int MODE, bool F32>
+__global__ void __launch_bounds__(kThreads) quant128_group_kernel(Q128Params p) {
+  const int lane = threadIdx.x & 31;
+  const int64_t wid = (blockIdx.x * (int64_t)blockDim.x + threadIdx.x) >> 5;
+  const int64_t nwarps = ((int64_t)gridDim.x * blockDim.x) >> 5;
+  const int64_t kp = (p.ng + 3) / 4;
+  const int64_t out_rows = p.sf_packed ? p.T4 : p.rows;
+  const int64_t items = out_rows * kp * 4; /* (row, word, byte j) */
+  const int64_t I = p.ng * DSK_FMT_FP8_GROUP; /* MODE 1: offset of `up` in a D1 row */
+  int bad = 0;
+  for (int64_t it = wid; it < items; it += nwarps) {
+    const int64_t rw = it >> 2, r = rw / kp, pw = rw - r * kp;
+    const int j = (int)(it & 3);
+    const int64_t g = pw * 4 + j;
+    uint8_t e = 0;
+    if (r < p.rows && g < p.ng) { /* warp-uniform */
+      const bool pad = MODE == 1 && p.m_indices != nullptr && p.m_indices[r] < 0;
+      e = quant128_group<MODE, F32>(p, r, g, lane, pad, I, bad);
+      if (p.sf && lane == 0) p.sf[r * p.sf_stride + g] = e;
+    }
+    if (p.sf_packed && lane == 0) /* byte j of the little-endian word */
+      reinterpret_cast<uint8_t *>(p.sf_packed + pw * p.T4 + r)[j] = e;
   }
   bad = warp_sum_i(bad);
   if (lane == 0) count_add(p.counters, bad);
@@ -446,10 +505,89 @@ struct GatherParams {
   unsigned long long *counters;
 };
 
-/* One block per token; a thread per V columns: fp64 sum in the reference's
- * order (shared, then k ascending), rounded fp64 -> fp32 -> bf16. */
+/* Blocks (column slice, token); a thread per V columns of a slice of
+ * 128 V columns, slices gridDim.x apart. The token's rows and weights are
+ * staged in shared memory, every D2 load of a slice is issued before the
+ * first is used, then the fp64 sum runs in the reference's order (shared,
+ * then k ascending), rounded fp64 -> fp32 -> bf16. */
+constexpr int kGatherThreads = 128;
+template <int V, int KMAX> /* topk <= KMAX = 8 (both models); gather_any_kernel takes more */
+__global__ void __launch_bounds__(kGatherThreads) gather_kernel(GatherParams p) {
+  __shared__ int s_row[DSK_MOE_MAX_TOPK];
+  __shared__ double s_w[DSK_MOE_MAX_TOPK];
+  const int64_t t = blockIdx.y;
+  const int K = (int)p.topk;
+  if (threadIdx.x < K) {
+    const int32_t row = p.inv[t * p.inv_stride + threadIdx.x];
+    const bool ok = row >= 0 && row < p.M;
+    s_row[threadIdx.x] = ok ? row : -1;
+    s_w[threadIdx.x] = (double)p.w[t * p.w_stride + threadIdx.x];
+    if (blockIdx.x == 0 && p.counters) {
+      const unsigned bad = __ballot_sync(__activemask(), row >= p.M);
+      if (threadIdx.x == 0 && bad) atomicAdd(p.counters, (unsigned long long)__popc(bad));
+    }
+  }
+  __syncthreads();
+  using Vec = typename std::conditional<V == 8, uint4, uint16_t>::type;
+  for (int64_t n0 = ((int64_t)blockIdx.x * kGatherThreads + threadIdx.x) * V; n0 < p.N;
+       n0 += (int64_t)gridDim.x * kGatherThreads * V) {
+    Vec dv[KMAX];
+#pragma unroll
+    for (int k = 0; k < KMAX; k++) {
+      if (k < K && s_row[k] >= 0) dv[k] = *(const Vec *)(p.D2 + (int64_t)s_row[k] * p.D2_stride + n0);
+    }
+    double acc[V];
+    if (p.shared) {
+      const uint16_t *sh = p.shared + t * p.shared_stride + n0;
+      if constexpr (V == 8) {
+        const uint4 sv = *(const uint4 *)sh;
+        const uint32_t ss[4] = {sv.x, sv.y, sv.z, sv.w};
+#pragma unroll
+        for (int c = 0; c < V / 2; c++) {
+          acc[2 * c] = (double)__uint_as_float(ss[c] << 16);
+          acc[2 * c + 1] = (double)__uint_as_float(ss[c] & 0xFFFF0000u);
+        }
+      } else {
+        acc[0] = (double)bf16f(sh[0]);
+      }
+    } else {
+#pragma unroll
+      for (int c = 0; c < V; c++) acc[c] = 0.0;
+    }
+#pragma unroll
+    for (int k = 0; k < KMAX; k++) {
+      if (k >= K || s_row[k] < 0) continue;
+      const double w = s_w[k];
+      if constexpr (V == 8) {
+        const uint32_t dd[4] = {dv[k].x, dv[k].y, dv[k].z, dv[k].w};
+#pragma unroll
+        for (int c = 0; c < V / 2; c++) {
+          acc[2 * c] += w * (double)__uint_as_float(dd[c] << 16);
+          acc[2 * c + 1] += w * (double)__uint_as_float(dd[c] & 0xFFFF0000u);
+        }
+      } else {
+        acc[0] += w * (double)bf16f(dv[k]);
+      }
+    }
+    uint16_t *y = p.y + t * p.y_stride + n0;
+    if constexpr (V == 8) {
+      uint32_t o[4];
+#pragma unroll
+      for (int c = 0; c < 4; c++)
+        o[c] = (uint32_t)dsk_fmt_bf16_from_f32((float)acc[2 * c]) |
+               ((uint32_t)dsk_fmt_bf16_from_f32((float)acc[2 * c + 1]) << 16);
+      *(uint4 *)y = make_uint4(o[0], o[1], o[2], o[3]);
+    } else {
+      y[0] = dsk_fmt_bf16_from_f32((float)acc[0]);
+    }
+  }
+}
+
+/* topk > 8 (no model uses it): one block per token; a thread per V
+ * columns: fp64 sum in the reference's order (shared, then k ascending),
+ * rounded fp64 -> fp32 -> bf16. */
 template <int V>
-__global__ void __launch_bounds__(kThreads) gather_kernel(GatherParams p) {
+__global__ void __launch_bounds__(kThreads) gather_any_kernel(GatherParams p) {
   const int64_t t = blockIdx.x;
   const int32_t *inv = p.inv + t * p.inv_stride;
   const float *wt = p.w + t * p.w_stride;
@@ -555,11 +693,19 @@ extern "C" dsk_status dsk__cuda_fp8_quantize_1x128(dsk_ctx *ctx, const dsk_fp8_q
   p.sf_packed = d->sf_packed;
   p.counters = (unsigned long long *)d->counters;
   const int64_t items = (d->sf_packed ? p.T4 : p.rows) * ((p.ng + 3) / 4);
-  const unsigned grid = grid_for(items, kThreads / 32);
-  if (d->x_dtype == DSK_MOE_IN_F32)
-    quant128_kernel<0, true><<<grid, kThreads, 0, st>>>(p);
-  else
-    quant128_kernel<0, false><<<grid, kThreads, 0, st>>>(p);
+  if (items <= kQ128GroupItems) {
+    const unsigned grid = grid_for(items * 4, kThreads / 32);
+    if (d->x_dtype == DSK_MOE_IN_F32)
+      quant128_group_kernel<0, true><<<grid, kThreads, 0, st>>>(p);
+    else
+      quant128_group_kernel<0, false><<<grid, kThreads, 0, st>>>(p);
+  } else {
+    const unsigned grid = grid_for(items, kThreads / 32);
+    if (d->x_dtype == DSK_MOE_IN_F32)
+      quant128_kernel<0, true><<<grid, kThreads, 0, st>>>(p);
+    else
+      quant128_kernel<0, false><<<grid, kThreads, 0, st>>>(p);
+  }
   DSK_CUDA_LAUNCHED("fp8_quantize_1x128");
   return DSK_STATUS_OK;
 }
@@ -583,7 +729,10 @@ extern "C" dsk_status dsk__cuda_swiglu_quant(dsk_ctx *ctx, const dsk_swiglu_quan
   p.sf_packed = d->sf_packed;
   p.counters = (unsigned long long *)d->counters;
   const int64_t items = (d->sf_packed ? p.T4 : p.rows) * ((p.ng + 3) / 4);
-  quant128_kernel<1, false><<<grid_for(items, kThreads / 32), kThreads, 0, st>>>(p);
+  if (items <= kQ128GroupItems)
+    quant128_group_kernel<1, false><<<grid_for(items * 4, kThreads / 32), kThreads, 0, st>>>(p);
+  else
+    quant128_kernel<1, false><<<grid_for(items, kThreads / 32), kThreads, 0, st>>>(p);
   DSK_CUDA_LAUNCHED("swiglu_quant");
   return DSK_STATUS_OK;
 }
@@ -671,14 +820,43 @@ extern "C" dsk_status dsk__cuda_moe_gather(dsk_ctx *ctx, const dsk_moe_gather_de
   p.y = (uint16_t *)d->y;
   p.y_stride = d->y_stride;
   p.counters = (unsigned long long *)d->counters;
-  if (p.T > INT32_MAX) return dsk__fail(DSK_STATUS_UNSUPPORTED, "moe_gather: T %lld too large", (long long)p.T);
+  if (p.T > 65535) { /* grid y; beyond it, slices of 65535 tokens */
+    for (int64_t t0 = 0; t0 < p.T; t0 += 65535) {
+      dsk_moe_gather_desc part = *d;
+      const int64_t n = p.T - t0 < 65535 ? p.T - t0 : 65535;
+      part.T = n;
+      part.D2 = d->D2; /* rows are global: inv_perm indexes M_sum */
+      part.inv_perm = d->inv_perm + t0 * d->inv_perm_stride;
+      part.weights = d->weights + t0 * d->weights_stride;
+      if (d->shared) part.shared = d->shared + t0 * d->shared_stride;
+      part.y = d->y + t0 * d->y_stride;
+      const dsk_status r = dsk__cuda_moe_gather(ctx, &part);
+      if (r != DSK_STATUS_OK) return r;
+    }
+    return DSK_STATUS_OK;
+  }
   const bool vec = p.N % 8 == 0 && aligned16(d->y) && d->y_stride % 8 == 0 &&
                    (p.M == 0 || (aligned16(d->D2) && d->D2_stride % 8 == 0)) &&
                    (!d->shared || (aligned16(d->shared) && d->shared_stride % 8 == 0));
-  if (vec)
-    gather_kernel<8><<<(unsigned)p.T, kThreads, 0, st>>>(p);
-  else
-    gather_kernel<1><<<(unsigned)p.T, kThreads, 0, st>>>(p);
+  const int v = vec ? 8 : 1;
+  /* column slices per token: all of them while the grid is small (decode),
+   * fewer as T fills the GPU (each block then loops over its slices and
+   * stages the token's rows once) */
+  const int64_t slices = (p.N + kGatherThreads * v - 1) / (kGatherThreads * v);
+  const int64_t sms = ctx->info.sm_count > 0 ? ctx->info.sm_count : 1;
+  int64_t gx = (8 * sms + p.T - 1) / p.T;
+  gx = gx < 1 ? 1 : gx > slices ? slices : gx;
+  const dim3 grid((unsigned)gx, (unsigned)p.T);
+  if (p.topk > 8) {
+    if (vec)
+      gather_any_kernel<8><<<(unsigned)p.T, kThreads, 0, st>>>(p);
+    else
+      gather_any_kernel<1><<<(unsigned)p.T, kThreads, 0, st>>>(p);
+  } else if (vec) {
+    gather_kernel<8, 8><<<grid, kGatherThreads, 0, st>>>(p);
+  } else {
+    gather_kernel<1, 8><<<grid, kGatherThreads, 0, st>>>(p);
+  }
   DSK_CUDA_LAUNCHED("moe_gather");
   return DSK_STATUS_OK;
 }

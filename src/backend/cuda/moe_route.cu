@@ -21,9 +21,11 @@
  *  route           one block per TB in {1,2,4,8} tokens (512 threads;
  *                  1024 when TB = 1): fp64 logits [TB, E] in shared memory
  *                  (x staged in chunks of 1024 columns; 8 lanes per expert),
- *                  then one warp per token for scores, top-k (K argmax
- *                  passes with a per-lane "taken" bit mask) or the hash
- *                  table, and the weights. Without a workspace the logits
+ *                  then the scores by all threads (the bias staged in
+ *                  shared memory), then one warp per token for the
+ *                  top-k (K argmax passes over the staged values with a
+ *                  per-lane "taken" bit mask) or the hash table, and the
+ *                  weights. Without a workspace the logits
  *                  of a token cannot be spread over several blocks: at
  *                  decode (T small) one SM streams the whole gate weight
  *                  (2-5.5 MB, ~95 us). With the caller's workspace
@@ -86,6 +88,11 @@ struct RouteParams {
 /* Bytes of the fp64 logits region (rounded up so the staged x is 16-byte aligned). */
 __host__ __device__ __forceinline__ int64_t route_z_bytes(int64_t tb, int64_t E) {
   return (tb * E * (int64_t)sizeof(double) + 15) / 16 * 16;
+}
+/* Bytes of the selection's region after z and the staged x: the bias as
+ * fp32 [E] and the non-finite flags [TB]. */
+__host__ __device__ __forceinline__ int64_t route_sel_bytes(int64_t tb, int64_t E) {
+  return (E * 4 + tb * 4 + 15) / 16 * 16;
 }
 
 /* a ranks before b (the reference's order): larger first, NaN below
@@ -258,6 +265,10 @@ __global__ void __launch_bounds__(RouteCfg<TB>::threads, 1) route_kernel(RoutePa
   const int E = (int)p.E, K = (int)p.K;
   const int64_t t0 = (int64_t)blockIdx.x * TB;
   const int nt = (int)(p.T - t0 < TB ? p.T - t0 : TB);
+  unsigned char *sel_base = smem + route_z_bytes(TB, E) + ((p.logits || p.zws) ? 0 : TB * kRouteChunk * 2);
+  float *bias_s = (float *)sel_base;           /* [E] */
+  int *nonfin_s = (int *)(bias_s + E);        /* [TB] */
+  if (tid < TB) nonfin_s[tid] = 0;             /* ordered before use by the barrier after step 1 */
   /* launched with PDL (p.zws): the logits kernel's writes are visible
    * after this; otherwise a no-op */
   asm volatile("griddepcontrol.wait;\n" ::: "memory");
@@ -357,18 +368,21 @@ __global__ void __launch_bounds__(RouteCfg<TB>::threads, 1) route_kernel(RoutePa
   }
   __syncthreads();
 
-  /* ---- 2. one warp per token: scores, selection, weights */
+  /* ---- 2. scores by all threads (the bias staged once), non-finite
+   * logits flagged per token */
+  for (int e = tid; e < E; e += kRouteThreads) bias_s[e] = p.bias ? p.bias[e] : 0.0f;
+  for (int i = tid; i < nt * E; i += kRouteThreads) {
+    const double zz = z[i];
+    if (!isfinite(zz)) nonfin_s[i / E] = 1;
+    z[i] = score_of(p.score, zz);
+  }
+  __syncthreads();
+  /* ---- 3. one warp per token: selection (K argmax passes over the
+   * staged scores and bias, or the hash table) and weights */
   for (int t = warp; t < nt; t += kRouteWarps) {
     double *zt = z + t * E;
     const int64_t tg = t0 + t;
-    bool nonfin = false;
-    for (int e = lane; e < E; e += 32) {
-      const double zz = zt[e];
-      nonfin |= !isfinite(zz);
-      zt[e] = score_of(p.score, zz);
-    }
-    nonfin = __any_sync(kFull, nonfin);
-    __syncwarp();
+    const bool nonfin = nonfin_s[t] != 0;
     int my_idx = -1; /* lane k < K: the k-th selected id */
     bool badt = false;
     if (p.hash) {
@@ -391,7 +405,7 @@ __global__ void __launch_bounds__(RouteCfg<TB>::threads, 1) route_kernel(RoutePa
         for (int j = 0; lane + 32 * j < E; j++) {
           if ((taken >> j) & 1u) continue;
           const int e = lane + 32 * j;
-          const double v = zt[e] + (p.bias ? (double)p.bias[e] : 0.0);
+          const double v = zt[e] + (double)bias_s[e];
           if (be < 0 || ranks_before(v, e, bv, be)) {
             bv = v;
             be = e;
@@ -474,13 +488,14 @@ extern "C" dsk_status dsk__cuda_moe_route(dsk_ctx *ctx, const dsk_moe_route_desc
   const bool staged = d->logits != NULL || ws; /* route_kernel reads ready logits */
   /* tokens per block: about T / SMs (a few blocks per SM re-read the gate
    * weights from L2), capped by the shared-memory budget; in {1, 2, 4, 8} */
-  const int64_t per_tok = p.E * (int64_t)sizeof(double) + (staged ? 0 : kRouteChunk * 2);
-  const int64_t tbmax = (kRouteSmem - 16) / per_tok; /* >= 4: E <= 1024 */
+  const int64_t per_tok = p.E * (int64_t)sizeof(double) + (staged ? 0 : kRouteChunk * 2) + 4;
+  const int64_t tbmax = (kRouteSmem - 32 - p.E * 4) / per_tok; /* >= 4: E <= 1024 */
   const int64_t sms = ctx->info.sm_count > 0 ? ctx->info.sm_count : 1;
   const int64_t want = (p.T + sms - 1) / sms;
   int tb = 1;
   while (tb < 8 && tb < want && 2 * tb <= tbmax) tb *= 2;
-  const size_t smem = (size_t)(route_z_bytes(tb, p.E) + (staged ? 0 : (int64_t)tb * kRouteChunk * 2));
+  const size_t smem = (size_t)(route_z_bytes(tb, p.E) + (staged ? 0 : (int64_t)tb * kRouteChunk * 2) +
+                               route_sel_bytes(tb, p.E));
   const int64_t blocks = (p.T + tb - 1) / tb;
   if (blocks > INT32_MAX) return dsk__fail(DSK_STATUS_UNSUPPORTED, "moe_route: T %lld too large", (long long)p.T);
   if (ws) {
