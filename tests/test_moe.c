@@ -957,6 +957,14 @@ static void test_gemm(void) {
     b = d;
     b.tactic.v[2] = 4;
     if ((K / 4) % 128) CHECK_BAD(dsk_moe_gemm(g_ctx, &b), "split-K");
+    if ((K / 2) % 128 == 0) { /* split-K 2: the plan asks for the partials; a run without them is refused */
+      b = d;
+      b.tactic.v[2] = 2;
+      TU_CHECK_OK(&C, dsk_moe_gemm_plan(g_ctx, &b, &pi));
+      TU_CHECK(&C, pi.workspace_bytes == 2 * Msum * d.N * 4, "gemm %s split 2: plan workspace %lld, want %lld", g->name,
+               (long long)pi.workspace_bytes, (long long)(2 * Msum * d.N * 4));
+      CHECK_BAD(dsk_moe_gemm(g_ctx, &b), "workspace");
+    }
     b = d;
     b.m_indices = NULL;
     CHECK_BAD(dsk_moe_gemm(g_ctx, &b), "m_indices");

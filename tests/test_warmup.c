@@ -770,6 +770,11 @@ static dsk_status gemm_step(server *s, const envelope *e, tu_rng *r, int *lookup
   if (m.st != DSK_STATUS_OK) return sm_done(&m, m.st);
   dsk_plan_info pi;
   PLAN_TUNED(dsk_moe_gemm_plan(s->c, &g, &pi));
+  if (st == DSK_STATUS_OK && pi.workspace_bytes > 0) { /* split-K partials */
+    g.workspace = sm_zero(&m, pi.workspace_bytes);
+    g.workspace_bytes = pi.workspace_bytes;
+    st = m.st;
+  }
   if (st == DSK_STATUS_OK) st = dsk_moe_gemm(s->c, &g);
   return sm_done(&m, st);
 }
@@ -805,6 +810,11 @@ static dsk_status dense_step(server *s, const envelope *e, tu_rng *r, int *looku
   dsk_plan_info pi;
   dsk_status st;
   PLAN_TUNED(dsk_dense_fp8_gemm_plan(s->c, &g, &pi));
+  if (st == DSK_STATUS_OK && pi.workspace_bytes > 0) { /* split-K partials */
+    g.workspace = sm_zero(&m, pi.workspace_bytes);
+    g.workspace_bytes = pi.workspace_bytes;
+    st = m.st;
+  }
   if (st == DSK_STATUS_OK) st = dsk_dense_fp8_gemm(s->c, &g);
   return sm_done(&m, st);
 }

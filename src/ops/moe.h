@@ -26,8 +26,8 @@ dsk_status dsk__moe_gemm_resolve_tactic(const dsk_ctx *ctx, const dsk_tactic *gi
 /* Byte layout of the dsk_moe_run workspace for T tokens. */
 typedef struct dsk__moe_ws {
   int64_t M_sum, A_used;
-  int64_t ids, w, xq, xsf, A, Asf, mind, inv, sfa, D, sfa2, perm, sfx, S1, S2, ssf2, Sout; /* offsets */
-  int64_t perm_bytes;
+  int64_t ids, w, xq, xsf, A, Asf, mind, inv, sfa, D, sfa2, perm, sfx, S1, S2, ssf2, Sout, gws; /* offsets */
+  int64_t perm_bytes, gws_bytes; /* gws: split-K partials of the shared expert's GEMMs */
   int64_t total;
 } dsk__moe_ws;
 /* desc validated up to shapes; T >= 1. */

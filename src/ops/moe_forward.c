@@ -103,6 +103,11 @@ void dsk__moe_ws_layout(const dsk_ctx *ctx, const dsk_moe_desc *d, int64_t T, ds
     REGION(S2, T * Is);
     REGION(ssf2, dsk_sf_packed_words(1, T, Is / 128) * 4);
     REGION(Sout, T * H * 2);
+    /* split-K partials of the dense GEMMs (dsk__moe_fwd_split): split x rows
+     * <= 4 x min(T, DSK__MOE_FWD_SPLIT_ROWS) */
+    const int64_t sr = T < DSK__MOE_FWD_SPLIT_ROWS ? T : DSK__MOE_FWD_SPLIT_ROWS;
+    w->gws_bytes = 4 * sr * (2 * Is > H ? 2 * Is : H) * 4;
+    REGION(gws, w->gws_bytes);
   }
 #undef REGION
   w->total = o;
@@ -137,6 +142,20 @@ static dsk_status check_weights(const char *op, const char *name, const dsk_moe_
  * GEMM tactics (FC1, FC2, and with a shared expert its two dense GEMMs in
  * ts[0], ts[1]) are resolved here, before anything runs, so a
  * DSK_AUTOTUNE_REQUIRE_HIT miss fails the call before its first launch. */
+/* The split-K a forward GEMM runs with (results do not depend on it):
+ * routed GEMMs 1 (their partials, split x M_sum x N x 4 bytes, would
+ * outgrow the layer's workspace); dense GEMMs the tactic's split, halved
+ * until split x T <= 4 x min(T, DSK__MOE_FWD_SPLIT_ROWS) so the partials
+ * fit the gws region of dsk__moe_ws_layout. */
+static void fwd_split(dsk_tactic *t, int64_t T, int dense) {
+  if (!dense) {
+    if (t->v[2] > 1) t->v[2] = 1;
+    return;
+  }
+  const int64_t sr = T < DSK__MOE_FWD_SPLIT_ROWS ? T : DSK__MOE_FWD_SPLIT_ROWS;
+  while (t->v[2] > 1 && t->v[2] * T > 4 * sr) t->v[2] /= 2;
+}
+
 dsk_status dsk__moe_fwd_validate(const dsk_ctx *ctx, const dsk_moe_desc *d, int run, int mode, dsk__moe_ws *ws,
                                  dsk_tactic *t1, dsk_tactic *t2, dsk_tactic ts[2], int *src1) {
   const char *op = OP_FWD;
@@ -201,6 +220,8 @@ dsk_status dsk__moe_fwd_validate(const dsk_ctx *ctx, const dsk_moe_desc *d, int 
                            d->topk, Tp, em, mode, op, "fc1_tactic", t1, src1));
   TRY(dsk__moe_gemm_tactic(ctx, &d->fc2_tactic, (int)d->routed.fmt, ws->A_used, d->H, d->routed.I, d->E_local, d->topk,
                            Tp, em, mode, op, "fc2_tactic", t2, NULL));
+  fwd_split(t1, Tp, 0);
+  fwd_split(t2, Tp, 0);
   memset(ts, 0, 2 * sizeof *ts);
   if (d->shared.w13) {
     dsk_dense_gemm_desc e; /* the shape fields dsk__moe_dense_resolve reads; tactic all zero */
@@ -212,6 +233,8 @@ dsk_status dsk__moe_fwd_validate(const dsk_ctx *ctx, const dsk_moe_desc *d, int 
     e.N = d->H;
     e.K = d->shared.I;
     TRY(dsk__moe_dense_resolve(ctx, &e, mode, &ts[1], NULL));
+    fwd_split(&ts[0], Tp, 1);
+    fwd_split(&ts[1], Tp, 1);
   }
   if (run) TRY(check_workspace(op, d->workspace, d->workspace_bytes, ws->total));
   return DSK_STATUS_OK;
@@ -375,6 +398,7 @@ dsk_status dsk_moe_run(dsk_ctx *ctx, const dsk_moe_desc *d) {
     e.B = (const uint8_t *)d->shared.w13;
     e.sfb.words = d->shared.sf13; e.sfb.groups = 1; e.sfb.mn = 2 * Is; e.sfb.sf_k = H / 128;
     e.D = S1; e.D_stride = 2 * Is; e.tactic = ts[0];
+    e.workspace = base + ws.gws; e.workspace_bytes = ws.gws_bytes;
     TRY(dsk_dense_fp8_gemm(ctx, &e));
     dsk_swiglu_quant_desc s;
     memset(&s, 0, sizeof s);

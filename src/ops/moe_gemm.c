@@ -23,6 +23,10 @@ static void tactic_set(dsk_tactic *t, int op, int version, int32_t bm, int32_t b
   t->v[1] = bn;
   t->v[2] = split;
 }
+int64_t dsk__moe_gemm_ws_bytes(const dsk_tactic *t, int64_t rows, int64_t N) {
+  return t->v[2] > 1 ? (int64_t)t->v[2] * rows * N * 4 : 0;
+}
+
 static int tactic_is_zero(const dsk_tactic *t) {
   static const dsk_tactic z;
   return memcmp(t, &z, sizeof z) == 0;
@@ -95,8 +99,8 @@ int dsk__moe_tune_tactic_fix(const dsk__tune_shape *s, dsk_tactic *t) {
 }
 
 /* The heuristics of autotune.md §1. moe.gemm: a = min(rows, E_local), rows
- * = expected_m (0: A_used). dense_fp8.gemm: a = 1, BLOCK_M = the smallest
- * of the set >= min(M, 128). */
+ * = expected_m (0: A_used). dense_fp8.gemm: BLOCK_M = the smallest of the
+ * set >= min(M, 128), a = ceil(M / BLOCK_M). */
 static void moe_heuristic(const dsk_ctx *ctx, int64_t A_used, int64_t N, int64_t K, int64_t E_local, int64_t rows,
                           dsk_tactic *out) {
   const int64_t em = rows > 0 ? rows : A_used;
@@ -111,7 +115,10 @@ static void dense_heuristic(const dsk_ctx *ctx, int64_t M, int64_t N, int64_t K,
   int32_t bm = 16;
   while (bm < m) bm *= 2;
   int32_t bn, sp;
-  heuristic_n_split(1, N, K, ctx->info.sm_count, &bn, &sp);
+  /* a = the m-blocks (docs/moe.md: autotune.md's "a = 1" read as one
+   * group, whose rows still make ceil(M / BLOCK_M) tiles; split-K only
+   * where those tiles leave SMs idle) */
+  heuristic_n_split((M + bm - 1) / bm, N, K, ctx->info.sm_count, &bn, &sp);
   tactic_set(out, DSK_OP_MOE_DENSE_GEMM, DSK_DENSE_GEMM_TACTIC_VERSION, bm, bn, sp);
 }
 
@@ -226,7 +233,7 @@ dsk_status dsk__moe_gemm_validate(const dsk_ctx *ctx, const dsk_moe_gemm_desc *d
   /* last, so a descriptor that fails validation never counts a lookup */
   TRY(dsk__moe_gemm_tactic(ctx, &d->tactic, (int)d->b_fmt, d->A_used, d->N, d->K, d->E_local, 0, 0, d->expected_m, mode,
                            op, "tactic", t, src));
-  if (run) TRY(check_workspace(op, d->workspace, d->workspace_bytes, 0));
+  if (run) TRY(check_workspace(op, d->workspace, d->workspace_bytes, dsk__moe_gemm_ws_bytes(t, d->M_sum, d->N)));
   return DSK_STATUS_OK;
 }
 
@@ -236,7 +243,7 @@ dsk_status dsk_moe_gemm_plan(dsk_ctx *ctx, const dsk_moe_gemm_desc *d, dsk_plan_
   int src = DSK_TACTIC_HEURISTIC;
   memset(&t, 0, sizeof t);
   TRY(dsk__moe_gemm_validate(ctx, d, 0, DSK__TUNE_PLAN, &t, &src));
-  fill_plan(ctx, info, 0, &t, src);
+  fill_plan(ctx, info, d->M_sum > 0 ? dsk__moe_gemm_ws_bytes(&t, d->M_sum, d->N) : 0, &t, src);
   if (!ctx->backend->moe_gemm) return not_served(ctx, OP_GEMM);
   return DSK_STATUS_OK;
 }
@@ -294,7 +301,7 @@ dsk_status dsk__moe_dense_validate(const dsk_ctx *ctx, const dsk_dense_gemm_desc
   TRY(check_sf(op, "sfb", &d->sfb, 1, d->N, d->K / 128, "FP8 weights: 128x128 blocks broadcast to rows, sf_k = K/128"));
   TRY(check_rows(op, "D", d->D, 2, d->D_stride, d->M, d->N, "bf16 [M, N]"));
   TRY(dsk__moe_dense_resolve(ctx, d, mode, t, src)); /* last: a failing descriptor counts no lookup */
-  if (run) TRY(check_workspace(op, d->workspace, d->workspace_bytes, 0));
+  if (run) TRY(check_workspace(op, d->workspace, d->workspace_bytes, dsk__moe_gemm_ws_bytes(t, d->M, d->N)));
   return DSK_STATUS_OK;
 }
 
@@ -304,7 +311,7 @@ dsk_status dsk_dense_fp8_gemm_plan(dsk_ctx *ctx, const dsk_dense_gemm_desc *d, d
   int src = DSK_TACTIC_HEURISTIC;
   memset(&t, 0, sizeof t);
   TRY(dsk__moe_dense_validate(ctx, d, 0, DSK__TUNE_PLAN, &t, &src));
-  fill_plan(ctx, info, 0, &t, src);
+  fill_plan(ctx, info, d->M > 0 ? dsk__moe_gemm_ws_bytes(&t, d->M, d->N) : 0, &t, src);
   if (!ctx->backend->dense_fp8_gemm) return not_served(ctx, OP_DENSE);
   return DSK_STATUS_OK;
 }

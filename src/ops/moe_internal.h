@@ -198,6 +198,10 @@ dsk_status dsk__moe_dense_resolve(const dsk_ctx *ctx, const dsk_dense_gemm_desc 
 
 /* moe_forward.c: the validator of dsk_moe_run / dsk_moe_plan, and the first
  * slot dsk_moe_run needs that backend b lacks (NULL: served). */
+/* split-K partials of a GEMM tactic: split x rows x N x 4 bytes when split > 1, else 0 */
+int64_t dsk__moe_gemm_ws_bytes(const dsk_tactic *t, int64_t rows, int64_t N);
+/* rows up to which dsk_moe_run gives the shared expert's GEMMs a split-K of 4 (moe_forward.c) */
+#define DSK__MOE_FWD_SPLIT_ROWS 256
 dsk_status dsk__moe_fwd_validate(const dsk_ctx *ctx, const dsk_moe_desc *d, int run, int mode, dsk__moe_ws *ws,
                                  dsk_tactic *t1, dsk_tactic *t2, dsk_tactic ts[2], int *src1);
 const char *dsk__moe_fwd_missing_slot(const dsk_backend *b, const dsk_moe_desc *d);

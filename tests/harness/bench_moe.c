@@ -197,6 +197,8 @@ typedef struct moe_dev {
   int32_t *sfx, *mind, *inv, *sfa, *sfa2, *ssf2;
   void *D1, *D2, *S1, *Sout, *perm_ws, *route_ws;
   int64_t perm_ws_bytes, route_ws_bytes;
+  void *gemm_ws; /* split-K partials of the four GEMMs (they run in turn) */
+  int64_t gemm_ws_bytes;
 } moe_dev;
 
 typedef struct moe_run {
@@ -444,6 +446,31 @@ static dsk_status dev_make(dsk_ctx *ctx, const moe_model *m, int quick, int64_t 
   return st;
 }
 
+/* The four GEMMs' workspace (split-K partials, from their plans) for one
+ * case: one buffer, grown when a case needs more. */
+static dsk_status gemm_ws(dsk_ctx *ctx, moe_dev *v, moe_run *r) {
+  dsk_plan_info pi;
+  int64_t need[4] = {0, 0, 0, 0};
+  dsk_status st = DSK_STATUS_OK;
+  for (int i = 0; i < 4 && st == DSK_STATUS_OK; i++) {
+    memset(&pi, 0, sizeof pi);
+    pi.struct_size = sizeof pi;
+    if (i < 2) st = dsk_moe_gemm_plan(ctx, i == 0 ? &r->fc1 : &r->fc2, &pi);
+    else st = dsk_dense_fp8_gemm_plan(ctx, i == 2 ? &r->sfc1 : &r->sfc2, &pi);
+    need[i] = pi.workspace_bytes;
+  }
+  int64_t mx = 0;
+  for (int i = 0; i < 4; i++) mx = need[i] > mx ? need[i] : mx;
+  if (st == DSK_STATUS_OK && mx > v->gemm_ws_bytes) {
+    v->gemm_ws = bm_alloc(&v->m, (size_t)mx, &st); /* the smaller one stays until the end */
+    v->gemm_ws_bytes = st == DSK_STATUS_OK ? mx : 0;
+  }
+  r->fc1.workspace = r->fc2.workspace = r->sfc1.workspace = r->sfc2.workspace = v->gemm_ws;
+  r->fc1.workspace_bytes = r->fc2.workspace_bytes = v->gemm_ws_bytes;
+  r->sfc1.workspace_bytes = r->sfc2.workspace_bytes = v->gemm_ws_bytes;
+  return st;
+}
+
 /* Distinct experts in ids [n] (host). */
 static int64_t count_active(const int32_t *ids, int64_t n, int64_t E) {
   unsigned char *seen = calloc((size_t)E, 1);
@@ -519,6 +546,7 @@ int dsk_bench_moe(dsk_ctx *ctx, const dsk_bench_moe_opts *o, FILE *out) {
       if ((o->max_T && T > o->max_T) || (o->only_T && T != o->only_T)) continue;
       moe_run r;
       case_descs(m, &v, T, &r);
+      st = gemm_ws(ctx, &v, &r);
       /* the chain once (valid inputs for every op), then the active experts */
       for (int op = OPM_ROUTE; op < OPM_COUNT && st == DSK_STATUS_OK; op++) {
         r.op = op;

@@ -282,6 +282,16 @@ typedef struct gx_case {
   int bad_block;            /* m_indices[0] = EL + 3 (skipped, counted) */
 } gx_case;
 
+/* The plan's workspace (split-K partials), 0xFF-filled (NaN partials): a
+ * partial the reduce reads without the GEMM having written it shows up as
+ * a non-finite output. NULL when the plan needs none. */
+static void *gx_ws(mc_bufs *b, const dsk_plan_info *pi, dsk_status *st) {
+  if (pi->workspace_bytes <= 0) return NULL;
+  void *w = mc_alloc(b, (size_t)pi->workspace_bytes, st);
+  if (*st == DSK_STATUS_OK) *st = dsk_mem_set(b->ctx, w, 0xFF, (size_t)pi->workspace_bytes);
+  return w;
+}
+
 static int gx_run(dsk_ctx *ctx, dsk_ctx *ref, const gx_case *g, const dsk_check_opts *o, tu_counts *c, FILE *log) {
   tu_rng r = tu_rng_make(o->seed ^ 0x47454D4Du ^ (uint64_t)(g->N * 7 + g->K * 13 + g->EL));
   const int64_t N = g->N, K = g->K, EL = g->dense ? 1 : g->EL, A = g->A_used;
@@ -361,7 +371,13 @@ static int gx_run(dsk_ctx *ctx, dsk_ctx *ref, const gx_case *g, const dsk_check_
           d.D = dD; d.D_stride = Ds; d.counters = dc;
           d.tactic.op = DSK_OP_MOE_GEMM; d.tactic.version = DSK_MOE_GEMM_TACTIC_VERSION;
           d.tactic.v[0] = bm; d.tactic.v[1] = bn; d.tactic.v[2] = w == 0 ? split : 1;
-          st = dsk_moe_gemm(cs[w], &d);
+          dsk_plan_info pi;
+          memset(&pi, 0, sizeof pi);
+          pi.struct_size = sizeof pi;
+          st = dsk_moe_gemm_plan(cs[w], &d, &pi);
+          if (st == DSK_STATUS_OK) d.workspace = gx_ws(&b, &pi, &st);
+          d.workspace_bytes = pi.workspace_bytes;
+          if (st == DSK_STATUS_OK) st = dsk_moe_gemm(cs[w], &d);
         } else if (st == DSK_STATUS_OK) {
           dsk_dense_gemm_desc d;
           memset(&d, 0, sizeof d);
@@ -372,7 +388,13 @@ static int gx_run(dsk_ctx *ctx, dsk_ctx *ref, const gx_case *g, const dsk_check_
           d.D = dD; d.D_stride = Ds;
           d.tactic.op = DSK_OP_MOE_DENSE_GEMM; d.tactic.version = DSK_DENSE_GEMM_TACTIC_VERSION;
           d.tactic.v[0] = bm; d.tactic.v[1] = bn; d.tactic.v[2] = w == 0 ? split : 1;
-          st = dsk_dense_fp8_gemm(cs[w], &d);
+          dsk_plan_info pi;
+          memset(&pi, 0, sizeof pi);
+          pi.struct_size = sizeof pi;
+          st = dsk_dense_fp8_gemm_plan(cs[w], &d, &pi);
+          if (st == DSK_STATUS_OK) d.workspace = gx_ws(&b, &pi, &st);
+          d.workspace_bytes = pi.workspace_bytes;
+          if (st == DSK_STATUS_OK) st = dsk_dense_fp8_gemm(cs[w], &d);
         }
         if (st == DSK_STATUS_OK) st = mc_down(cs[w], w == 0 ? Dx : Dr, dD, sizeof(dsk_bf16) * (size_t)(M * Ds));
         if (st == DSK_STATUS_OK) st = mc_down(cs[w], &cnt[w], dc, sizeof(int64_t));

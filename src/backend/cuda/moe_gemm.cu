@@ -58,12 +58,13 @@
  * fp32 to bf16 (RNE). The CPU reference accumulates in fp64, so results
  * differ in low bits (the harness compares with the diff metric).
  *
- * split-K (tactic v[2]) [dsk]: accepted and not used. The op has no
- * workspace (dsk_moe_gemm_plan returns 0 bytes) and D is bf16, so partial
- * sums could only meet through bf16 atomics (rounding twice, order
- * dependent). The decode shapes it is meant for get their parallelism from
- * BLOCK_N 64 and their bytes in flight from the deep pipeline instead; the
- * result is the same for every split value.
+ * split-K (tactic v[2] in {1, 2, 4}) [dsk]: with split s > 1 the grid's z
+ * holds s slices of K per m-block (z = (m-block / 65535) * s + slice), each CTA
+ * walks K / 128 / s tiles and stores its fp32 sums, unrounded, in the
+ * workspace (dsk_*_gemm_plan: s x rows x N x 4 bytes, rows = M_sum or M);
+ * splitk_reduce_kernel (PDL) adds the s partials in ascending order and
+ * rounds once to bf16. Only the rows the tiled kernel would write are
+ * stored and reduced. Results differ from split 1 by fp32 reordering only.
  *
  * A pointer or row stride that is not 16-byte aligned (B too) cannot feed
  * cp.async 16: such calls run a simple one-thread-per-output kernel with
@@ -215,7 +216,9 @@ struct GemmArgs {
   int64_t sfb_group;         /* words per group (Kp * T4) */
   int64_t M;                 /* rows: M_sum (grouped) or M (dense) */
   int64_t N;
-  int KT;                    /* K / 128 */
+  int KT;                    /* K tiles of 128 per CTA: K / 128 / ksplit */
+  int ksplit;                /* split-K: CTAs per output tile, 1, 2 or 4 (grid z = m-block high part * ksplit + slice) */
+  float *part;               /* ksplit > 1: fp32 partials [ksplit, M, N] (workspace), else NULL */
   int bm;                    /* BLOCK_M (simple kernel) */
   int64_t E_local;
   int64_t mblocks;           /* ceil(M / BLOCK_M) */
@@ -293,9 +296,12 @@ __device__ __forceinline__ void moe_gemm_body(const GemmArgs &p) {
   const int wm = warp / C::WN, wn = warp % C::WN;
   const int64_t n0 = (int64_t)blockIdx.x * BN;
   const bool grouped = p.m_indices != nullptr;
+  /* split-K: the reduce kernel may launch now (it waits for this grid) */
+  if (p.part) asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
 
   {
-    const int64_t mb = (int64_t)blockIdx.z * 65535 + blockIdx.y; /* m-block (grid y, z: up to 65535^2) */
+    /* m-block (grid y, z / ksplit: up to 65535^2); split-K slice z % ksplit */
+    const int64_t mb = (int64_t)(blockIdx.z >> (p.ksplit >> 1)) * 65535 + blockIdx.y; /* ksplit 1, 2, 4: shift 0, 1, 2 */
     if (mb >= p.mblocks) return;
     const int64_t m0 = mb * BM;
     int64_t e = 0;
@@ -303,7 +309,7 @@ __device__ __forceinline__ void moe_gemm_body(const GemmArgs &p) {
       e = p.m_indices[m0]; /* the same word for every thread: the whole CTA returns together */
       if (e == -1) return;
       if (e < -1 || e >= p.E_local) {
-        if (blockIdx.x == 0 && tid == 0 && p.counters) atomicAdd(p.counters, 1ull);
+        if (blockIdx.x == 0 && (blockIdx.z & (unsigned)(p.ksplit - 1)) == 0 && tid == 0 && p.counters) atomicAdd(p.counters, 1ull);
         return;
       }
     }
@@ -373,10 +379,12 @@ __device__ __forceinline__ void moe_gemm_body(const GemmArgs &p) {
 #pragma unroll
         for (int q = 0; q < 4; q++) acc[i][j][q] = 0.f;
 
+    /* K tiles kt0 + kt, kt = 0 .. KT - 1 (split-K slice z % ksplit) */
     const int KT = p.KT;
+    const int kt0 = (int)(blockIdx.z & (unsigned)(p.ksplit - 1)) * KT; /* ksplit is a power of two */
 #pragma unroll
     for (int s = 0; s < C::STAGES - 1; s++) {
-      if (s < KT) load_stage(s, s);
+      if (s < KT) load_stage(s, kt0 + s);
       dsk_ptx::cp_async_commit();
     }
 
@@ -385,14 +393,14 @@ __device__ __forceinline__ void moe_gemm_body(const GemmArgs &p) {
       __syncthreads(); /* stage kt visible to all; stage kt-1 free */
       {
         const int nk = kt + C::STAGES - 1;
-        if (nk < KT) load_stage(nk % C::STAGES, nk);
+        if (nk < KT) load_stage(nk % C::STAGES, kt0 + nk);
         dsk_ptx::cp_async_commit();
       }
       const uint8_t *sA = smem + (kt % C::STAGES) * C::STAGE;
       const uint8_t *sB = sA + C::SA;
       const uint32_t *sSa = reinterpret_cast<const uint32_t *>(sB + C::SB);
       const uint32_t *sSb = sSa + BM;
-      const int sh = 8 * (kt & 3); /* byte of this K tile in the 1x128 / 128x128 scale words */
+      const int sh = 8 * ((kt0 + kt) & 3); /* byte of this K tile in the 1x128 / 128x128 scale words */
 
       /* activation scales of the thread's rows for this K tile (x 2^6 for MXFP4) */
       float sa[C::MT][2]; /* live slices only (the others are never read) */
@@ -528,10 +536,15 @@ __device__ __forceinline__ void moe_gemm_body(const GemmArgs &p) {
         const int64_t r = m0 + wm * C::WMT + 16 * i + g + 8 * h;
         if (grouped ? p.m_indices[r] < 0 : r >= p.M) continue; /* padding row: not written */
         uint16_t *drow = p.D + r * p.D_stride;
+        float *prow = p.part ? p.part + ((int64_t)(blockIdx.z & (unsigned)(p.ksplit - 1)) * p.M + r) * p.N : nullptr;
 #pragma unroll
         for (int j = 0; j < C::NT8; j++) {
           const int64_t c = n0 + wn * C::WNT + 8 * j + 2 * t;
           if (c >= p.N) continue; /* N is even, so c + 1 < N too */
+          if (prow) { /* split-K: fp32 partial, summed by splitk_reduce_kernel */
+            *reinterpret_cast<float2 *>(prow + c) = make_float2(acc[i][j][2 * h], acc[i][j][2 * h + 1]);
+            continue;
+          }
           const uint32_t lo = f32_to_bf16(acc[i][j][2 * h]), hi = f32_to_bf16(acc[i][j][2 * h + 1]);
           if (p.d_pair) {
             *reinterpret_cast<uint32_t *>(drow + c) = lo | (hi << 16);
@@ -563,6 +576,50 @@ __global__ void __launch_bounds__(Cfg<BM, BN, MX, F16>::THREADS, Cfg<BM, BN, MX,
     __trap();
   }
 #endif
+}
+
+/* ------------------------------------------------------------ split-K reduce
+ * D[r, c] = bf16(sum over s ascending of part[s, r, c]) for the rows the
+ * tiled kernel writes (grouped: rows of a live block whose own index is
+ * >= 0; dense: r < M); a thread per 4 columns. Launched with PDL after the
+ * tiled kernel: griddepcontrol.wait before any read. */
+constexpr int kReduceThreads = 128;
+__global__ void __launch_bounds__(kReduceThreads) splitk_reduce_kernel(const GemmArgs p) {
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+  const int64_t c = ((int64_t)blockIdx.x * kReduceThreads + threadIdx.x) * 4;
+  if (c >= p.N) return;
+  const int64_t slice = p.M * p.N;
+  for (int64_t r = blockIdx.y; r < p.M; r += gridDim.y) {
+    if (p.m_indices) {
+      const int32_t e = p.m_indices[(r / p.bm) * p.bm];
+      if (e < 0 || e >= p.E_local || p.m_indices[r] < 0) continue;
+    }
+    const float *src = p.part + r * p.N + c;
+    float4 v[4];
+#pragma unroll
+    for (int s = 0; s < 4; s++)
+      if (s < p.ksplit) v[s] = *reinterpret_cast<const float4 *>(src + s * slice);
+    float a[4] = {v[0].x, v[0].y, v[0].z, v[0].w};
+#pragma unroll
+    for (int s = 1; s < 4; s++) {
+      if (s >= p.ksplit) break;
+      a[0] += v[s].x;
+      a[1] += v[s].y;
+      a[2] += v[s].z;
+      a[3] += v[s].w;
+    }
+    uint16_t *drow = p.D + r * p.D_stride + c;
+    const uint32_t b0 = f32_to_bf16(a[0]), b1 = f32_to_bf16(a[1]), b2 = f32_to_bf16(a[2]), b3 = f32_to_bf16(a[3]);
+    if (p.d_pair) {
+      *reinterpret_cast<uint32_t *>(drow) = b0 | (b1 << 16);
+      *reinterpret_cast<uint32_t *>(drow + 2) = b2 | (b3 << 16);
+    } else {
+      drow[0] = (uint16_t)b0;
+      drow[1] = (uint16_t)b1;
+      drow[2] = (uint16_t)b2;
+      drow[3] = (uint16_t)b3;
+    }
+  }
 }
 
 /* ------------------------------------------------------------ simple kernel
@@ -636,9 +693,15 @@ dsk_status launch_tiled(const dsk_ctx *ctx, const GemmArgs &a, cudaStream_t s, c
   DSK_CUDA_TRY(what, cudaFuncSetAttribute(moe_gemm_kernel<BM, BN, MX, F16>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                           C::SMEM));
   const int64_t gy = a.mblocks < 65535 ? a.mblocks : 65535, gz = (a.mblocks + 65534) / 65535;
-  const dim3 grid(dsk__ceil_div_u(a.N, BN), (unsigned)gy, (unsigned)gz);
-  moe_gemm_kernel<BM, BN, MX, F16><<<grid, C::THREADS, (size_t)C::SMEM, s>>>(a);
+  GemmArgs t = a;
+  t.KT = a.KT / a.ksplit;
+  const dim3 grid(dsk__ceil_div_u(a.N, BN), (unsigned)gy, (unsigned)(gz * a.ksplit));
+  moe_gemm_kernel<BM, BN, MX, F16><<<grid, C::THREADS, (size_t)C::SMEM, s>>>(t);
   DSK_CUDA_LAUNCHED(what);
+  if (a.ksplit > 1) {
+    const dim3 rgrid(dsk__ceil_div_u(a.N / 4, kReduceThreads), (unsigned)(a.M < 65535 ? a.M : 65535));
+    DSK_CUDA_TRY(what, dsk__launch_pdl(splitk_reduce_kernel, rgrid, dim3(kReduceThreads), 0, s, t));
+  }
   return DSK_STATUS_OK;
 }
 
@@ -674,6 +737,22 @@ dsk_status launch_simple(const GemmArgs &a, cudaStream_t s, int mx, const char *
 }
 
 bool aligned16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
+
+/* split-K of tactic v[2] (validated by src/ops: 1, 2 or 4 dividing K / 128,
+ * workspace of dsk__moe_gemm_ws_bytes); false (with the message set) for a
+ * split the K tiles cannot take or a missing workspace. */
+bool split_setup(GemmArgs *a, const dsk_tactic *t, void *ws, const char *what) {
+  a->ksplit = t->v[2] > 1 ? t->v[2] : 1;
+  a->part = nullptr;
+  if (a->ksplit == 1) return true;
+  if (a->KT % a->ksplit != 0 || !ws) {
+    dsk__fail(DSK_STATUS_INVALID_ARG, "%s: split-K %d needs K / 128 (%d) divisible by it and a workspace", what,
+              a->ksplit, a->KT);
+    return false;
+  }
+  a->part = (float *)ws;
+  return true;
+}
 
 /* The MMA path of the device (see DSK_MOE_MMA): f16 below compute capability 10. */
 dsk_status use_f16_path(int device, bool *f16, const char *what) {
@@ -732,6 +811,7 @@ extern "C" dsk_status dsk__cuda_moe_gemm(dsk_ctx *ctx, const dsk_moe_gemm_desc *
   a.D_stride = d->D_stride;
   a.d_pair = ((uintptr_t)d->D & 3u) == 0 && (d->D_stride & 1) == 0;
   a.counters = (unsigned long long *)d->counters;
+  if (!split_setup(&a, t, d->workspace, what)) return DSK_STATUS_INVALID_ARG;
   if (!aligned16(d->A) || (d->A_stride & 15) != 0 || !aligned16(d->B)) return launch_simple(a, s, mx, what);
   return mx ? launch_path<true>(ctx, a, s, bm, bn, what) : launch_path<false>(ctx, a, s, bm, bn, what);
 }
@@ -766,6 +846,7 @@ extern "C" dsk_status dsk__cuda_dense_fp8_gemm(dsk_ctx *ctx, const dsk_dense_gem
   a.D_stride = d->D_stride;
   a.d_pair = ((uintptr_t)d->D & 3u) == 0 && (d->D_stride & 1) == 0;
   a.counters = nullptr;
+  if (!split_setup(&a, t, d->workspace, what)) return DSK_STATUS_INVALID_ARG;
   if (!aligned16(d->A) || (d->A_stride & 15) != 0 || !aligned16(d->B)) return launch_simple(a, s, 0, what);
   return launch_path<false>(ctx, a, s, bm, bn, what);
 }
