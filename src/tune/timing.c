@@ -455,6 +455,12 @@ dsk_status dsk__tune_time_key(dsk_ctx *ctx, dsk__tune_scratch *sc, const dsk__tu
     if ((st = dsk_bench_run(ctx, run_once, &a, &o, &br)) != DSK_STATUS_OK) return st;
     med[i] = br.median_us;
     timed++;
+    if (ctx->log_level >= DSK_LOG_DEBUG) {
+      char key[512];
+      if (dsk__tune_key(s, 1, key, sizeof key) < 0) key[0] = 0;
+      dsk__log(ctx, DSK_LOG_DEBUG, "autotune: %s tactic [%d,%d,%d,%d,%d,%d]: median %.2f us", key, (int)tac[i].v[0],
+               (int)tac[i].v[1], (int)tac[i].v[2], (int)tac[i].v[3], (int)tac[i].v[4], (int)tac[i].v[5], br.median_us);
+    }
   }
   if (!timed) {
     snprintf(r->skip_reason, sizeof r->skip_reason, "no tactic fits DSK_AUTOTUNE_MAX_MB %lld",
