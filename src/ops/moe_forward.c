@@ -103,7 +103,7 @@ void dsk__moe_ws_layout(const dsk_ctx *ctx, const dsk_moe_desc *d, int64_t T, ds
     REGION(S2, T * Is);
     REGION(ssf2, dsk_sf_packed_words(1, T, Is / 128) * 4);
     REGION(Sout, T * H * 2);
-    /* split-K partials of the dense GEMMs (dsk__moe_fwd_split): split x rows
+    /* split-K partials of the dense GEMMs (fwd_split): split x rows
      * <= 4 x min(T, DSK__MOE_FWD_SPLIT_ROWS) */
     const int64_t sr = T < DSK__MOE_FWD_SPLIT_ROWS ? T : DSK__MOE_FWD_SPLIT_ROWS;
     w->gws_bytes = 4 * sr * (2 * Is > H ? 2 * Is : H) * 4;
@@ -138,10 +138,6 @@ static dsk_status check_weights(const char *op, const char *name, const dsk_moe_
   return DSK_STATUS_OK;
 }
 
-/* Shapes and pointers; T_eff = the T the workspace is sized for. The four
- * GEMM tactics (FC1, FC2, and with a shared expert its two dense GEMMs in
- * ts[0], ts[1]) are resolved here, before anything runs, so a
- * DSK_AUTOTUNE_REQUIRE_HIT miss fails the call before its first launch. */
 /* The split-K a forward GEMM runs with (results do not depend on it):
  * routed GEMMs 1 (their partials, split x M_sum x N x 4 bytes, would
  * outgrow the layer's workspace); dense GEMMs the tactic's split, halved
@@ -156,6 +152,10 @@ static void fwd_split(dsk_tactic *t, int64_t T, int dense) {
   while (t->v[2] > 1 && t->v[2] * T > 4 * sr) t->v[2] /= 2;
 }
 
+/* Shapes and pointers; T_eff = the T the workspace is sized for. The four
+ * GEMM tactics (FC1, FC2, and with a shared expert its two dense GEMMs in
+ * ts[0], ts[1]) are resolved here, before anything runs, so a
+ * DSK_AUTOTUNE_REQUIRE_HIT miss fails the call before its first launch. */
 dsk_status dsk__moe_fwd_validate(const dsk_ctx *ctx, const dsk_moe_desc *d, int run, int mode, dsk__moe_ws *ws,
                                  dsk_tactic *t1, dsk_tactic *t2, dsk_tactic ts[2], int *src1) {
   const char *op = OP_FWD;
