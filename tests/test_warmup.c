@@ -442,6 +442,15 @@ static void *sm_zero(step_mem *m, int64_t bytes) {
   return p;
 }
 
+/* The plan's workspace (split-K partials of the GEMMs), zeroed, when it
+ * asks for one. */
+static dsk_status sm_workspace(step_mem *m, const dsk_plan_info *pi, void **ws, int64_t *bytes) {
+  if (pi->workspace_bytes <= 0) return DSK_STATUS_OK;
+  *ws = sm_zero(m, pi->workspace_bytes);
+  *bytes = pi->workspace_bytes;
+  return m->st;
+}
+
 /* Zeroed host memory to fill; sm_put turns it into an input. */
 static void *sm_host(step_mem *m, int64_t bytes) {
   if (!m->s->dev) return sm_zero(m, bytes);
@@ -770,11 +779,7 @@ static dsk_status gemm_step(server *s, const envelope *e, tu_rng *r, int *lookup
   if (m.st != DSK_STATUS_OK) return sm_done(&m, m.st);
   dsk_plan_info pi;
   PLAN_TUNED(dsk_moe_gemm_plan(s->c, &g, &pi));
-  if (st == DSK_STATUS_OK && pi.workspace_bytes > 0) { /* split-K partials */
-    g.workspace = sm_zero(&m, pi.workspace_bytes);
-    g.workspace_bytes = pi.workspace_bytes;
-    st = m.st;
-  }
+  if (st == DSK_STATUS_OK) st = sm_workspace(&m, &pi, &g.workspace, &g.workspace_bytes);
   if (st == DSK_STATUS_OK) st = dsk_moe_gemm(s->c, &g);
   return sm_done(&m, st);
 }
@@ -810,11 +815,7 @@ static dsk_status dense_step(server *s, const envelope *e, tu_rng *r, int *looku
   dsk_plan_info pi;
   dsk_status st;
   PLAN_TUNED(dsk_dense_fp8_gemm_plan(s->c, &g, &pi));
-  if (st == DSK_STATUS_OK && pi.workspace_bytes > 0) { /* split-K partials */
-    g.workspace = sm_zero(&m, pi.workspace_bytes);
-    g.workspace_bytes = pi.workspace_bytes;
-    st = m.st;
-  }
+  if (st == DSK_STATUS_OK) st = sm_workspace(&m, &pi, &g.workspace, &g.workspace_bytes);
   if (st == DSK_STATUS_OK) st = dsk_dense_fp8_gemm(s->c, &g);
   return sm_done(&m, st);
 }

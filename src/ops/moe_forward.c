@@ -57,6 +57,10 @@ void dsk_moe_desc_init(dsk_moe_desc *d, dsk_moe_model model) {
 
 static int64_t al256(int64_t x) { return (x + 255) / 256 * 256; }
 
+/* Split-K rows of the shared expert's GEMMs: their partials take split x T
+ * <= 4 x fwd_split_rows(T) rows (fwd_split, the gws region). */
+static int64_t fwd_split_rows(int64_t T) { return T < DSK__MOE_FWD_SPLIT_ROWS ? T : DSK__MOE_FWD_SPLIT_ROWS; }
+
 void dsk__moe_ws_layout(const dsk_ctx *ctx, const dsk_moe_desc *d, int64_t T, dsk__moe_ws *w) {
   (void)ctx;
   memset(w, 0, sizeof *w);
@@ -103,10 +107,8 @@ void dsk__moe_ws_layout(const dsk_ctx *ctx, const dsk_moe_desc *d, int64_t T, ds
     REGION(S2, T * Is);
     REGION(ssf2, dsk_sf_packed_words(1, T, Is / 128) * 4);
     REGION(Sout, T * H * 2);
-    /* split-K partials of the dense GEMMs (fwd_split): split x rows
-     * <= 4 x min(T, DSK__MOE_FWD_SPLIT_ROWS) */
-    const int64_t sr = T < DSK__MOE_FWD_SPLIT_ROWS ? T : DSK__MOE_FWD_SPLIT_ROWS;
-    w->gws_bytes = 4 * sr * (2 * Is > H ? 2 * Is : H) * 4;
+    /* split-K partials of the dense GEMMs (fwd_split) */
+    w->gws_bytes = 4 * fwd_split_rows(T) * (2 * Is > H ? 2 * Is : H) * 4;
     REGION(gws, w->gws_bytes);
   }
 #undef REGION
@@ -148,8 +150,7 @@ static void fwd_split(dsk_tactic *t, int64_t T, int dense) {
     if (t->v[2] > 1) t->v[2] = 1;
     return;
   }
-  const int64_t sr = T < DSK__MOE_FWD_SPLIT_ROWS ? T : DSK__MOE_FWD_SPLIT_ROWS;
-  while (t->v[2] > 1 && t->v[2] * T > 4 * sr) t->v[2] /= 2;
+  while (t->v[2] > 1 && t->v[2] * T > 4 * fwd_split_rows(T)) t->v[2] /= 2;
 }
 
 /* Shapes and pointers; T_eff = the T the workspace is sized for. The four

@@ -444,6 +444,8 @@ dsk_status dsk__tune_time_key(dsk_ctx *ctx, dsk__tune_scratch *sc, const dsk__tu
   o.flush_l2 = l2 == 1 || (l2 == 0 && s->T <= 64);
   double med[DSK__TUNE_MAX_TACTICS];
   int timed = 0;
+  char key[512] = ""; /* for the debug log of every timed tactic */
+  if (ctx->log_level >= DSK_LOG_DEBUG && dsk__tune_key(s, 1, key, sizeof key) < 0) key[0] = 0;
   for (int i = 0; i < n; i++) {
     med[i] = -1;
     int fits = 0;
@@ -455,12 +457,9 @@ dsk_status dsk__tune_time_key(dsk_ctx *ctx, dsk__tune_scratch *sc, const dsk__tu
     if ((st = dsk_bench_run(ctx, run_once, &a, &o, &br)) != DSK_STATUS_OK) return st;
     med[i] = br.median_us;
     timed++;
-    if (ctx->log_level >= DSK_LOG_DEBUG) {
-      char key[512];
-      if (dsk__tune_key(s, 1, key, sizeof key) < 0) key[0] = 0;
+    if (ctx->log_level >= DSK_LOG_DEBUG)
       dsk__log(ctx, DSK_LOG_DEBUG, "autotune: %s tactic [%d,%d,%d,%d,%d,%d]: median %.2f us", key, (int)tac[i].v[0],
                (int)tac[i].v[1], (int)tac[i].v[2], (int)tac[i].v[3], (int)tac[i].v[4], (int)tac[i].v[5], br.median_us);
-    }
   }
   if (!timed) {
     snprintf(r->skip_reason, sizeof r->skip_reason, "no tactic fits DSK_AUTOTUNE_MAX_MB %lld",

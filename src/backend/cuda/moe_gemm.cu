@@ -738,20 +738,11 @@ dsk_status launch_simple(const GemmArgs &a, cudaStream_t s, int mx, const char *
 
 bool aligned16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
 
-/* split-K of tactic v[2] (validated by src/ops: 1, 2 or 4 dividing K / 128,
- * workspace of dsk__moe_gemm_ws_bytes); false (with the message set) for a
- * split the K tiles cannot take or a missing workspace. */
-bool split_setup(GemmArgs *a, const dsk_tactic *t, void *ws, const char *what) {
+/* split-K of tactic v[2]; src/ops validated it (1, 2 or 4 dividing K / 128)
+ * and the workspace (dsk__moe_gemm_ws_bytes). */
+void split_setup(GemmArgs *a, const dsk_tactic *t, void *ws) {
   a->ksplit = t->v[2] > 1 ? t->v[2] : 1;
-  a->part = nullptr;
-  if (a->ksplit == 1) return true;
-  if (a->KT % a->ksplit != 0 || !ws) {
-    dsk__fail(DSK_STATUS_INVALID_ARG, "%s: split-K %d needs K / 128 (%d) divisible by it and a workspace", what,
-              a->ksplit, a->KT);
-    return false;
-  }
-  a->part = (float *)ws;
-  return true;
+  a->part = a->ksplit > 1 ? (float *)ws : nullptr;
 }
 
 /* The MMA path of the device (see DSK_MOE_MMA): f16 below compute capability 10. */
@@ -811,7 +802,7 @@ extern "C" dsk_status dsk__cuda_moe_gemm(dsk_ctx *ctx, const dsk_moe_gemm_desc *
   a.D_stride = d->D_stride;
   a.d_pair = ((uintptr_t)d->D & 3u) == 0 && (d->D_stride & 1) == 0;
   a.counters = (unsigned long long *)d->counters;
-  if (!split_setup(&a, t, d->workspace, what)) return DSK_STATUS_INVALID_ARG;
+  split_setup(&a, t, d->workspace);
   if (!aligned16(d->A) || (d->A_stride & 15) != 0 || !aligned16(d->B)) return launch_simple(a, s, mx, what);
   return mx ? launch_path<true>(ctx, a, s, bm, bn, what) : launch_path<false>(ctx, a, s, bm, bn, what);
 }
@@ -846,7 +837,7 @@ extern "C" dsk_status dsk__cuda_dense_fp8_gemm(dsk_ctx *ctx, const dsk_dense_gem
   a.D_stride = d->D_stride;
   a.d_pair = ((uintptr_t)d->D & 3u) == 0 && (d->D_stride & 1) == 0;
   a.counters = nullptr;
-  if (!split_setup(&a, t, d->workspace, what)) return DSK_STATUS_INVALID_ARG;
+  split_setup(&a, t, d->workspace);
   if (!aligned16(d->A) || (d->A_stride & 15) != 0 || !aligned16(d->B)) return launch_simple(a, s, 0, what);
   return launch_path<false>(ctx, a, s, bm, bn, what);
 }

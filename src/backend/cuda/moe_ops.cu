@@ -253,6 +253,17 @@ __global__ void __launch_bounds__(kThreads) quant128_group_kernel(Q128Params p) 
   if (lane == 0) count_add(p.counters, bad);
 }
 
+/* The quantize / SwiGLU launch: the warp-per-group kernel up to
+ * kQ128GroupItems (row, word) items, else the warp-per-word one. */
+template <int MODE, bool F32>
+void launch_q128(const Q128Params &p, cudaStream_t st) {
+  const int64_t items = (p.sf_packed ? p.T4 : p.rows) * ((p.ng + 3) / 4);
+  if (items <= kQ128GroupItems)
+    quant128_group_kernel<MODE, F32><<<grid_for(items * 4, kThreads / 32), kThreads, 0, st>>>(p);
+  else
+    quant128_kernel<MODE, F32><<<grid_for(items, kThreads / 32), kThreads, 0, st>>>(p);
+}
+
 /* ======================================================= scale packing */
 __global__ void __launch_bounds__(kThreads) pack_words_kernel(int64_t rows, int64_t sf_k, const uint8_t *sf,
                                                                int64_t sf_stride, int32_t *out, int64_t out_stride) {
@@ -692,20 +703,10 @@ extern "C" dsk_status dsk__cuda_fp8_quantize_1x128(dsk_ctx *ctx, const dsk_fp8_q
   p.sf_stride = d->sf_stride;
   p.sf_packed = d->sf_packed;
   p.counters = (unsigned long long *)d->counters;
-  const int64_t items = (d->sf_packed ? p.T4 : p.rows) * ((p.ng + 3) / 4);
-  if (items <= kQ128GroupItems) {
-    const unsigned grid = grid_for(items * 4, kThreads / 32);
-    if (d->x_dtype == DSK_MOE_IN_F32)
-      quant128_group_kernel<0, true><<<grid, kThreads, 0, st>>>(p);
-    else
-      quant128_group_kernel<0, false><<<grid, kThreads, 0, st>>>(p);
-  } else {
-    const unsigned grid = grid_for(items, kThreads / 32);
-    if (d->x_dtype == DSK_MOE_IN_F32)
-      quant128_kernel<0, true><<<grid, kThreads, 0, st>>>(p);
-    else
-      quant128_kernel<0, false><<<grid, kThreads, 0, st>>>(p);
-  }
+  if (d->x_dtype == DSK_MOE_IN_F32)
+    launch_q128<0, true>(p, st);
+  else
+    launch_q128<0, false>(p, st);
   DSK_CUDA_LAUNCHED("fp8_quantize_1x128");
   return DSK_STATUS_OK;
 }
@@ -728,11 +729,7 @@ extern "C" dsk_status dsk__cuda_swiglu_quant(dsk_ctx *ctx, const dsk_swiglu_quan
   p.sf_stride = d->sf_stride;
   p.sf_packed = d->sf_packed;
   p.counters = (unsigned long long *)d->counters;
-  const int64_t items = (d->sf_packed ? p.T4 : p.rows) * ((p.ng + 3) / 4);
-  if (items <= kQ128GroupItems)
-    quant128_group_kernel<1, false><<<grid_for(items * 4, kThreads / 32), kThreads, 0, st>>>(p);
-  else
-    quant128_kernel<1, false><<<grid_for(items, kThreads / 32), kThreads, 0, st>>>(p);
+  launch_q128<1, false>(p, st);
   DSK_CUDA_LAUNCHED("swiglu_quant");
   return DSK_STATUS_OK;
 }
