@@ -1,7 +1,9 @@
 /* ptx.cuh - the small PTX wrappers the portable kernels share. Every
  * instruction here exists on both sm_90 and sm_120 (cp.async, ldmatrix,
- * mma.sync f16/bf16 m16n8k16, cvt e4m3x2 -> f16x2, ex2.approx): see the portability
- * rule in spec/sparse-decode.md §9. */
+ * mma.sync f16/bf16 m16n8k16, cvt e4m3x2 -> f16x2, ex2.approx, griddepcontrol):
+ * see the portability rule in spec/sparse-decode.md §9. Host-side tests
+ * replace this file with an emulation of the same functions
+ * (tests/emu/cuda_emu.h). */
 #ifndef DSK_PTX_CUH
 #define DSK_PTX_CUH
 
@@ -80,6 +82,24 @@ __device__ __forceinline__ void mma_bf16(float (&c)[4], const uint32_t (&a)[4], 
       : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
+
+/* fp32 -> bf16, round to nearest even: a pair (lo in the low half) and one */
+__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
+  uint32_t r;
+  asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
+  return r;
+}
+__device__ __forceinline__ uint16_t f32_to_bf16_rne(float x) {
+  uint32_t r;
+  asm("{\n .reg .b16 t;\n cvt.rn.bf16.f32 t, %1;\n cvt.u32.u16 %0, t;\n}\n" : "=r"(r) : "f"(x));
+  return (uint16_t)r;
+}
+
+/* programmatic dependent launch: let the next kernel on the stream start
+ * its launch now / wait until the previous kernel completed and its writes
+ * are visible */
+__device__ __forceinline__ void pdl_launch_dependents() { asm volatile("griddepcontrol.launch_dependents;\n" ::); }
+__device__ __forceinline__ void pdl_wait() { asm volatile("griddepcontrol.wait;\n" ::: "memory"); }
 
 /* 2^x, approximate (2 ulp) */
 __device__ __forceinline__ float fast_exp2(float x) {

@@ -38,7 +38,7 @@ __global__ void __launch_bounds__(32 * NW) sparse_mla_kernel(const Params p) {
   /* Let the combine kernel (launched with programmatic stream serialization)
    * start its launch now; it waits in griddepcontrol.wait until this grid
    * has completed and its writes are visible. */
-  asm volatile("griddepcontrol.launch_dependents;\n" ::);
+  pdl_launch_dependents();
 
   /* Valid prefix per segment and this split's active stages. */
   const StageRange sr = stage_range(p, t, split, counting, tid);
