@@ -54,15 +54,25 @@ int main(void) {
     /* the 32-head kernel */
     const long b32 = DSK_MLA32_SMEM_BYTES(f);
     TU_CHECK(&c, b32 <= DSK_SM120_SMEM_LIMIT, "format %d, 32 heads: %ld B > %d", f, b32, DSK_SM120_SMEM_LIMIT);
-    TU_CHECK(&c, DSK_MLA32_OFF_KVH(f) % 16 == 0 && DSK_MLA32_OFF_PS(f) % 16 == 0 && DSK_MLA32_OFF_QS(f) % 16 == 0 &&
+    TU_CHECK(&c, DSK_MLA32_OFF_RAW(f) % 16 == 0 && DSK_MLA32_OFF_KVH(f) % 16 == 0 && DSK_MLA32_OFF_SC(f) % 16 == 0 &&
+                     DSK_MLA32_OFF_PS(f) % 16 == 0 && DSK_MLA32_OFF_ALPHA(f) % 16 == 0 &&
                      DSK_MLA32_OFF_VALID(f) % 16 == 0,
              "format %d, 32 heads: misaligned region", f);
-    /* ldmatrix rows of the f16 records and of the staged Q hit distinct banks */
-    TU_CHECK(&c, DSK_MLA32_KVH_STRIDE(f) % 128 == 16 && DSK_MLA32_QST_STRIDE(f) % 128 == 16,
-             "format %d, 32 heads: row strides %d / %d", f, DSK_MLA32_KVH_STRIDE(f), DSK_MLA32_QST_STRIDE(f));
-    TU_CHECK(&c, DSK_MLA32_KVH_STRIDE(f) >= 2 * DSK_MLA_NOPE(f) && DSK_MLA32_QST_STRIDE(f) >= 2 * (DSK_MLA_NOPE(f) + 64),
+    /* ldmatrix rows of Q and of the f16 records hit distinct banks */
+    TU_CHECK(&c, DSK_MLA32_KVH_STRIDE(f) % 128 == 16 && DSK_MLA32_QN_STRIDE(f) % 128 == 16,
+             "format %d, 32 heads: row strides %d / %d", f, DSK_MLA32_KVH_STRIDE(f), DSK_MLA32_QN_STRIDE(f));
+    /* a converted record holds the nope f16 and the rope bf16; a Q row its
+     * nope f16; before the first stage the KVH rows hold Q's rope rows */
+    TU_CHECK(&c, DSK_MLA32_KVH_STRIDE(f) >= 2 * DSK_MLA_NOPE(f) + 128 && DSK_MLA32_QN_STRIDE(f) >= 2 * DSK_MLA_NOPE(f) &&
+                     DSK_MLA_SUB >= DSK_MLA32_HEADS,
              "format %d, 32 heads: rows too short", f);
-    TU_CHECK(&c, DSK_MLA32_QST_FITS(f), "format %d, 32 heads: Q staging does not fit its alias", f);
+    /* the regions follow each other without overlap, in the order of the layout */
+    TU_CHECK(&c, DSK_MLA32_OFF_RAW(f) == DSK_MLA32_HEADS * DSK_MLA32_QN_STRIDE(f) &&
+                     DSK_MLA32_OFF_KVH(f) - DSK_MLA32_OFF_RAW(f) == DSK_MLA_SUB * DSK_MLA_SREC(f) &&
+                     DSK_MLA32_OFF_SC(f) - DSK_MLA32_OFF_KVH(f) == DSK_MLA_SUB * DSK_MLA32_KVH_STRIDE(f) &&
+                     DSK_MLA32_OFF_PS(f) - DSK_MLA32_OFF_SC(f) == DSK_MLA32_NT(f) * DSK_MLA_SUB * 4 &&
+                     DSK_MLA32_OFF_ALPHA(f) - DSK_MLA32_OFF_PS(f) == DSK_MLA32_HEADS * DSK_MLA32_PS_STRIDE * 4,
+             "format %d, 32 heads: region sizes", f);
     printf("format %s: %ld bytes of shared memory per 32-head CTA (limit %d)\n", f == 1 ? "A656" : "B584", b32,
            DSK_SM120_SMEM_LIMIT);
   }

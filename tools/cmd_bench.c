@@ -26,8 +26,8 @@ static const char *const k_usage =
 
 static const char *const k_usage_mla =
     "usage: dsk bench sparse-mla [--device D] [--backend B] [--reps N] [--warm]\n"
-    "                            [--model NAME] [--max-t N] [--t N] [--heads N] [--mma-tflops X]\n"
-    "                            [--quick] [--seed N]\n"
+    "                            [--model NAME] [--max-t N] [--t N] [--heads N] [--hpc N]\n"
+    "                            [--mma-tflops X] [--quick] [--seed N]\n"
     "\n"
     "Times dsk_sparse_mla_decode (every kernel of the call: split + combine) on\n"
     "DSv4-Flash (H 64/32/16/8; SWA 128 + C4A 512, SWA 128 + C128A 256 and 1024),\n"
@@ -38,7 +38,7 @@ static const char *const k_usage_mla =
     "events with L2 flushed before it (unless --warm); the median is reported.\n"
     "The device-to-device copy bandwidth (read + write) is measured first.\n"
     "\n"
-    "CSV columns: model, layer, fmt, T, H, w0, w1, pbs1, cpb, splits, median_us,\n"
+    "CSV columns: model, layer, fmt, T, H, w0, w1, pbs1, cpb, hpc, splits, median_us,\n"
     "tflops, gbps, pct_copy_bw, floor_us = max(bytes / copy bandwidth, FLOP /\n"
     "MMA ceiling), x_floor = median / floor, valid (entries attended).\n"
     "\n"
@@ -52,6 +52,8 @@ static const char *const k_usage_mla =
     "  --max-t N        skip token counts above N\n"
     "  --t N            only token count N\n"
     "  --heads N        only head count N\n"
+    "  --hpc N          force heads per CTA N (16 or 32; 32 skips H <= 16) with the\n"
+    "                   heuristic's chunks per CTA for it (default: the plan's tactic)\n"
     "  --mma-tflops X   MMA ceiling for floor_us (default 640: bf16 mma.sync on H200)\n"
     "  --quick          small pools (tests)\n"
     "  --seed N         random seed (default 7)\n"
@@ -193,7 +195,7 @@ typedef enum bench_kind { BENCH_MLA, BENCH_MHC, BENCH_IDX, BENCH_MOE } bench_kin
 /* Options of every benchmark; each one reads its own. */
 typedef struct bench_args {
   const char *device, *backend, *model, *op;
-  int reps, warm, quick, max_T, only_T, only_H, splits, per_req, context;
+  int reps, warm, quick, max_T, only_T, only_H, hpc, splits, per_req, context;
   double mma_tflops;
   uint64_t seed;
 } bench_args;
@@ -203,7 +205,7 @@ static int opt_of(bench_kind k, const char *a, const char *usage, int *rc) {
   static const struct {
     const char *name;
     unsigned mask; /* 1 mla, 2 mhc, 4 indexer, 8 moe */
-  } k_only[] = {{"--heads", 1}, {"--mma-tflops", 1}, {"--splits", 2}, {"--op", 14}, {"--per-req", 4}, {"--context", 4}};
+  } k_only[] = {{"--heads", 1}, {"--hpc", 1}, {"--mma-tflops", 1}, {"--splits", 2}, {"--op", 14}, {"--per-req", 4}, {"--context", 4}};
   static const char *const names[] = {"sparse-mla", "mhc", "indexer", "moe"};
   for (size_t i = 0; i < sizeof k_only / sizeof k_only[0]; i++) {
     const size_t n = strlen(k_only[i].name);
@@ -277,6 +279,10 @@ int dsk_cmd_bench(int argc, char **argv) {
     } else if ((r = dsk_cli_opt_value(argc, argv, &i, "--heads", &v)) != 0) {
       if (r < 0) return dsk_cli_usage_error("bench", usage, "--heads needs a value");
       if (dsk_cli_parse_int("bench", "--heads", v, 1, 128, &b.only_H) != 0) return DSK_CLI_EXIT_USAGE;
+    } else if ((r = dsk_cli_opt_value(argc, argv, &i, "--hpc", &v)) != 0) {
+      if (r < 0) return dsk_cli_usage_error("bench", usage, "--hpc needs a value");
+      if (dsk_cli_parse_int("bench", "--hpc", v, 16, 32, &b.hpc) != 0) return DSK_CLI_EXIT_USAGE;
+      if (b.hpc != 16 && b.hpc != 32) return dsk_cli_usage_error("bench", usage, "--hpc: %d is not 16 or 32", b.hpc);
     } else if ((r = dsk_cli_opt_value(argc, argv, &i, "--splits", &v)) != 0) {
       if (r < 0) return dsk_cli_usage_error("bench", usage, "--splits needs a value");
       if (dsk_cli_parse_int("bench", "--splits", v, 1, 1 << 20, &b.splits) != 0) return DSK_CLI_EXIT_USAGE;
@@ -311,6 +317,7 @@ int dsk_cmd_bench(int argc, char **argv) {
     o.max_T = b.max_T;
     o.only_T = b.only_T;
     o.only_H = b.only_H;
+    o.hpc = b.hpc;
     o.model = b.model;
     o.mma_tflops = b.mma_tflops;
     o.seed = b.seed;

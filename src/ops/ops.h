@@ -44,6 +44,9 @@ dsk_status dsk__sparse_mla_resolve_tactic(const dsk_ctx *ctx, const dsk_sparse_m
  * d: format, T, H, nseg, segment widths and page sizes). */
 struct dsk__tune_shape;
 void dsk__sparse_mla_heuristic(const dsk_ctx *ctx, const dsk_sparse_mla_desc *d, dsk_tactic *out);
+/* The same rule for a given heads-per-CTA value (0 = the op's own choice);
+ * `dsk bench sparse-mla --hpc` uses it to time one kernel. */
+void dsk__sparse_mla_heuristic_hpc(const dsk_ctx *ctx, const dsk_sparse_mla_desc *d, int32_t hpc, dsk_tactic *out);
 int dsk__sparse_mla_tactics(const dsk_sparse_mla_desc *d, dsk_tactic out[10]);
 int dsk__sparse_mla_tactic_fix(const dsk_sparse_mla_desc *d, dsk_tactic *t);
 void dsk__sparse_mla_tune_shape(const dsk_sparse_mla_desc *d, struct dsk__tune_shape *s);

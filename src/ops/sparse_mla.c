@@ -259,11 +259,16 @@ static int mla_heads_valid(const dsk_sparse_mla_desc *d, int32_t v1) { return v1
  * in integers: num / den), minimise ceil(waves) - waves, ties to the larger
  * value; none -> the largest. Reads only the shape fields of d. */
 void dsk__sparse_mla_heuristic(const dsk_ctx *ctx, const dsk_sparse_mla_desc *d, dsk_tactic *out) {
+  dsk__sparse_mla_heuristic_hpc(ctx, d, 0, out);
+}
+
+void dsk__sparse_mla_heuristic_hpc(const dsk_ctx *ctx, const dsk_sparse_mla_desc *d, int32_t hpc_forced,
+                                   dsk_tactic *out) {
   int32_t vals[10];
   int nv = mla_cpb_values(d, vals);
   int64_t chunks = mla_chunks(d);
   int64_t sms = ctx->info.sm_count > 0 ? ctx->info.sm_count : 1;
-  const int32_t hpc = dsk__sparse_mla_heads_per_cta(d);
+  const int32_t hpc = hpc_forced > 0 ? hpc_forced : dsk__sparse_mla_heads_per_cta(d);
   int64_t per_sm = 1;
   if (ctx->backend && ctx->backend->sparse_mla_ctas_per_sm) {
     int c = ctx->backend->sparse_mla_ctas_per_sm(ctx, d, hpc);

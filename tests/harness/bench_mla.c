@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "harness.h"
+#include "ops/ops.h"
 
 typedef struct mla_case {
   const char *model;
@@ -172,6 +173,7 @@ int dsk_bench_sparse_mla(dsk_ctx *ctx, const dsk_bench_mla_opts *o, FILE *out) {
         const int T = k_T[ti];
         if (o->max_T && T > o->max_T) continue;
         if ((o->only_T && T != o->only_T) || (o->only_H && mc->H != o->only_H)) continue;
+        if (o->hpc == 32 && mc->H <= 16) continue; /* the 32-head kernel needs H > 16 */
         const int H = mc->H, dqk = (int)dsk_kv_dim(fmt), nseg = mc->w1 ? 2 : 1;
         const dsk_kv_cache *cache1 = mc->pbs1 == 2 ? &c2 : &c64;
         int32_t *s0 = malloc(sizeof(int32_t) * T * mc->w0), *s1 = malloc(sizeof(int32_t) * T * (mc->w1 ? mc->w1 : 1));
@@ -222,6 +224,7 @@ int dsk_bench_sparse_mla(dsk_ctx *ctx, const dsk_bench_mla_opts *o, FILE *out) {
         d->sink = mc->sink ? dsink : NULL;
         d->out = dout;
         d->lse = dlse;
+        if (o->hpc) dsk__sparse_mla_heuristic_hpc(ctx, d, o->hpc, &d->tactic);
         dsk_plan_info pi;
         memset(&pi, 0, sizeof pi);
         pi.struct_size = sizeof pi;

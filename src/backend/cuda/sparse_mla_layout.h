@@ -16,31 +16,6 @@
 #define DSK_MLA_CHUNK 64   /* candidates per tactic chunk (2 stages) */
 #ifndef DSK_MLA_STAGES
 #define DSK_MLA_STAGES 2   /* cp.async pipeline depth (stages of DSK_MLA_SUB candidates) */
-/* ---- the 32-head kernel (tactic heads per CTA 32; sparse_mla_k32.cuh):
- * 8 warps = 2 head tiles x 4 dim quarters. Per 32-candidate stage the raw
- * records (double buffer) are converted once to f16 (KVH) and read by
- * ldmatrix for both QK and PV. Q is staged in the KVH + PS area before the
- * first stage and then lives in registers. */
-#define DSK_MLA32_HEADS 32
-#define DSK_MLA32_WARPS 8
-#define DSK_MLA32_THREADS (32 * DSK_MLA32_WARPS)
-/* f16 row stride of the converted nope dims (bytes; = 16 mod 128 so that
- * ldmatrix rows fall in distinct banks) */
-#define DSK_MLA32_KVH_STRIDE(f) ((f) == 1 ? 1040 : 912)
-/* Q staging row stride in bytes (nope f16 + rope bf16, = 16 mod 128) */
-#define DSK_MLA32_QST_STRIDE(f) ((f) == 1 ? 1168 : 1040)
-#define DSK_MLA32_OFF_RAW 0
-#define DSK_MLA32_OFF_KVH(f) (DSK_MLA32_OFF_RAW + 2 * DSK_MLA_SUB * DSK_MLA_SREC(f))
-/* PS: partial scores fp32 [2 head tiles][4 quarters][16][P_STRIDE] */
-#define DSK_MLA32_OFF_PS(f) (DSK_MLA32_OFF_KVH(f) + DSK_MLA_SUB * DSK_MLA32_KVH_STRIDE(f))
-#define DSK_MLA32_OFF_QS(f) (DSK_MLA32_OFF_PS(f) + 8 * 16 * DSK_MLA_P_STRIDE * 4)
-/* qscale[32] fp32, then valid[2][SUB] int32 */
-#define DSK_MLA32_OFF_VALID(f) (DSK_MLA32_OFF_QS(f) + DSK_MLA32_HEADS * 4)
-#define DSK_MLA32_SMEM_BYTES(f) (DSK_MLA32_OFF_VALID(f) + 2 * DSK_MLA_SUB * 4)
-/* the Q staging (32 rows) must fit in KVH + PS, which it aliases */
-#define DSK_MLA32_QST_FITS(f) \
-  (DSK_MLA32_HEADS * DSK_MLA32_QST_STRIDE(f) <= DSK_MLA32_OFF_QS(f) - DSK_MLA32_OFF_KVH(f))
-
 #endif
 
 /* Per format (1 = A656, 2 = B584): shared record stride (bytes), Q nope row
@@ -76,28 +51,33 @@
 #define DSK_MLA_SMEM_BYTES(f) DSK_MLA_SMEM_BYTES_W(f, DSK_MLA_WARPS)
 
 /* ---- the 32-head kernel (tactic heads per CTA 32; sparse_mla_k32.cuh):
- * 8 warps = 2 head tiles x 4 dim quarters. Per 32-candidate stage the raw
- * records (double buffer) are converted once to f16 (KVH) and read by
- * ldmatrix for both QK and PV. Q is staged in the KVH + PS area before the
- * first stage and then lives in registers. */
+ * 8 warps, 32 heads (two m16 tiles) of one query row. Per 32-candidate
+ * stage the raw records (one buffer, in flight while the previous stage
+ * computes) are converted once to f16 (KVH: nope f16, then the rope bf16),
+ * shared by both head tiles and by QK and PV, which read it with ldmatrix.
+ * Regions: QN (Q nope f16, pre-scaled per head), RAW, KVH, SC (fp32 tile
+ * scales [NT][SUB]), PS (scores, then probabilities, fp32 [32][PS_STRIDE]),
+ * ALPHA (per-head rescale of the stage), FAC (per-head output factor),
+ * QS (per-head Q pre-scale), VALID ([2][SUB] int32). Q's rope rows are
+ * staged in KVH before the first stage and then live in registers. */
 #define DSK_MLA32_HEADS 32
 #define DSK_MLA32_WARPS 8
 #define DSK_MLA32_THREADS (32 * DSK_MLA32_WARPS)
-/* f16 row stride of the converted nope dims (bytes; = 16 mod 128 so that
- * ldmatrix rows fall in distinct banks) */
-#define DSK_MLA32_KVH_STRIDE(f) ((f) == 1 ? 1040 : 912)
-/* Q staging row stride in bytes (nope f16 + rope bf16, = 16 mod 128) */
-#define DSK_MLA32_QST_STRIDE(f) ((f) == 1 ? 1168 : 1040)
-#define DSK_MLA32_OFF_RAW 0
-#define DSK_MLA32_OFF_KVH(f) (DSK_MLA32_OFF_RAW + 2 * DSK_MLA_SUB * DSK_MLA_SREC(f))
-/* PS: partial scores fp32 [2 head tiles][4 quarters][16][P_STRIDE] */
-#define DSK_MLA32_OFF_PS(f) (DSK_MLA32_OFF_KVH(f) + DSK_MLA_SUB * DSK_MLA32_KVH_STRIDE(f))
-#define DSK_MLA32_OFF_QS(f) (DSK_MLA32_OFF_PS(f) + 8 * 16 * DSK_MLA_P_STRIDE * 4)
-/* qscale[32] fp32, then valid[2][SUB] int32 */
+/* row strides in bytes, = 16 mod 128 so that the 8 rows of an ldmatrix
+ * fall in distinct banks */
+#define DSK_MLA32_QN_STRIDE(f) (2 * DSK_MLA_NOPE(f) + 16)
+#define DSK_MLA32_KVH_STRIDE(f) (2 * DSK_MLA_NOPE(f) + 128 + 16)
+#define DSK_MLA32_PS_STRIDE 40 /* fp32 per PS row */
+#define DSK_MLA32_NT(f) ((f) == 1 ? 4 : 7) /* scale tiles per record */
+#define DSK_MLA32_OFF_QN 0
+#define DSK_MLA32_OFF_RAW(f) (DSK_MLA32_OFF_QN + DSK_MLA32_HEADS * DSK_MLA32_QN_STRIDE(f))
+#define DSK_MLA32_OFF_KVH(f) (DSK_MLA32_OFF_RAW(f) + DSK_MLA_SUB * DSK_MLA_SREC(f))
+#define DSK_MLA32_OFF_SC(f) (DSK_MLA32_OFF_KVH(f) + DSK_MLA_SUB * DSK_MLA32_KVH_STRIDE(f))
+#define DSK_MLA32_OFF_PS(f) (DSK_MLA32_OFF_SC(f) + DSK_MLA32_NT(f) * DSK_MLA_SUB * 4)
+#define DSK_MLA32_OFF_ALPHA(f) (DSK_MLA32_OFF_PS(f) + DSK_MLA32_HEADS * DSK_MLA32_PS_STRIDE * 4)
+#define DSK_MLA32_OFF_FAC(f) (DSK_MLA32_OFF_ALPHA(f) + DSK_MLA32_HEADS * 4)
+#define DSK_MLA32_OFF_QS(f) (DSK_MLA32_OFF_FAC(f) + DSK_MLA32_HEADS * 4)
 #define DSK_MLA32_OFF_VALID(f) (DSK_MLA32_OFF_QS(f) + DSK_MLA32_HEADS * 4)
 #define DSK_MLA32_SMEM_BYTES(f) (DSK_MLA32_OFF_VALID(f) + 2 * DSK_MLA_SUB * 4)
-/* the Q staging (32 rows) must fit in KVH + PS, which it aliases */
-#define DSK_MLA32_QST_FITS(f) \
-  (DSK_MLA32_HEADS * DSK_MLA32_QST_STRIDE(f) <= DSK_MLA32_OFF_QS(f) - DSK_MLA32_OFF_KVH(f))
 
 #endif

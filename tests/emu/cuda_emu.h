@@ -1,0 +1,373 @@
+/* cuda_emu.h - a host emulation of the CUDA C subset the sparse MLA decode
+ * kernels use, so that their exact source runs on a CPU in CI (no GPU):
+ * every CUDA thread of a CTA is a fiber (ucontext) of one OS thread,
+ * __syncthreads and the warp-collective instructions (shuffles, votes,
+ * ldmatrix, mma.sync) are barriers over the CTA or the warp, and the
+ * functions of src/backend/cuda/ptx.cuh are given the semantics of the PTX
+ * ISA (fragment layouts, rounding). cp.async copies at once, so this finds
+ * wrong indexing, fragment layouts, masking and numerics, not races or
+ * timing (compute-sanitizer on a GPU does that).
+ *
+ * Include this instead of ptx.cuh / cuda_fp16.h, then, inside one
+ * anonymous namespace, define `smem` (emu_smem_define) and include the
+ * kernel headers. Not thread safe; one CTA at a time (emu::launch). */
+#ifndef DSK_CUDA_EMU_H
+#define DSK_CUDA_EMU_H
+
+#include <math.h>
+
+#include <cmath>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <ucontext.h>
+
+#include <functional>
+#include <vector>
+
+#define DSK_PTX_CUH 1 /* ptx.cuh is replaced by this file */
+#define __global__
+#define __device__
+#define __host__
+#define __forceinline__ inline
+#define __shared__
+#define __launch_bounds__(...)
+#define __align__(n) __attribute__((aligned(n)))
+
+namespace emu {
+
+constexpr int kMaxThreads = 256;
+constexpr size_t kStack = 128 * 1024;
+
+struct Idx {
+  unsigned x, y, z;
+};
+
+struct State {
+  int nthreads = 0, cur = 0;
+  unsigned bx = 0, by = 0, gx = 1, gy = 1;
+  ucontext_t sched;
+  ucontext_t ctx[kMaxThreads];
+  std::vector<char> stacks;
+  bool done[kMaxThreads];
+  int cta_count = 0;
+  unsigned cta_gen = 0;
+  int warp_count[kMaxThreads / 32];
+  unsigned warp_gen[kMaxThreads / 32];
+  uint64_t progress = 0;
+  uint32_t xch[kMaxThreads][12];
+  const void *xptr[kMaxThreads];
+  std::function<void()> body;
+};
+inline State &st() {
+  static State s;
+  return s;
+}
+inline void yield() {
+  State &s = st();
+  swapcontext(&s.ctx[s.cur], &s.sched);
+}
+inline void barrier(int &count, unsigned &gen, int n) {
+  State &s = st();
+  s.progress++;
+  const unsigned g = gen;
+  if (++count == n) {
+    count = 0;
+    gen++;
+    return;
+  }
+  while (gen == g) yield();
+}
+inline void cta_barrier() { barrier(st().cta_count, st().cta_gen, st().nthreads); }
+inline void warp_barrier() {
+  State &s = st();
+  const int w = s.cur >> 5;
+  const int n = s.nthreads - 32 * w < 32 ? s.nthreads - 32 * w : 32;
+  barrier(s.warp_count[w], s.warp_gen[w], n);
+}
+inline int lane() { return st().cur & 31; }
+inline int wbase() { return st().cur & ~31; }
+
+inline void trampoline() {
+  State &s = st();
+  s.body();
+  s.done[s.cur] = true;
+  s.progress++;
+}
+
+/* Runs body() as every thread of every CTA of grid (gx, gy), CTA by CTA,
+ * with the shared buffer poisoned (0xFF) before each CTA. Exits the
+ * process on a deadlock (a barrier some thread never reaches). */
+inline void launch(unsigned gx, unsigned gy, int threads, uint8_t *shared, size_t shared_bytes,
+                   std::function<void()> body) {
+  State &s = st();
+  if (threads > kMaxThreads || threads % 32) {
+    fprintf(stderr, "emu: %d threads per CTA not supported\n", threads);
+    exit(2);
+  }
+  s.stacks.resize((size_t)threads * kStack);
+  s.body = body;
+  s.gx = gx;
+  s.gy = gy;
+  for (unsigned by = 0; by < gy; by++)
+    for (unsigned bx = 0; bx < gx; bx++) {
+      memset(shared, 0xFF, shared_bytes);
+      s.bx = bx;
+      s.by = by;
+      s.nthreads = threads;
+      s.cta_count = 0;
+      for (int w = 0; w < threads / 32; w++) s.warp_count[w] = 0;
+      for (int i = 0; i < threads; i++) {
+        s.done[i] = false;
+        getcontext(&s.ctx[i]);
+        s.ctx[i].uc_stack.ss_sp = s.stacks.data() + (size_t)i * kStack;
+        s.ctx[i].uc_stack.ss_size = kStack;
+        s.ctx[i].uc_link = &s.sched;
+        makecontext(&s.ctx[i], trampoline, 0);
+      }
+      for (;;) {
+        bool all = true;
+        const uint64_t p0 = s.progress;
+        for (int i = 0; i < threads; i++) {
+          if (s.done[i]) continue;
+          all = false;
+          s.cur = i;
+          swapcontext(&s.sched, &s.ctx[i]);
+        }
+        if (all) break;
+        if (s.progress == p0) {
+          fprintf(stderr, "emu: deadlock in CTA (%u, %u): a barrier is never reached by every thread\n", bx, by);
+          exit(3);
+        }
+      }
+    }
+}
+
+/* ---- number formats (bit-exact conversions) */
+inline float bits_f32(uint32_t u) {
+  float f;
+  memcpy(&f, &u, 4);
+  return f;
+}
+inline uint32_t f32_bits(float f) {
+  uint32_t u;
+  memcpy(&u, &f, 4);
+  return u;
+}
+inline uint16_t f32_to_f16(float f) { /* round to nearest even, overflow to inf */
+  const uint32_t x = f32_bits(f), sign = (x >> 16) & 0x8000, e = (x >> 23) & 0xff;
+  uint32_t m = x & 0x7fffff;
+  if (e == 0xff) return (uint16_t)(sign | 0x7c00 | (m ? 0x200 : 0));
+  const int ee = (int)e - 127 + 15;
+  if (ee >= 31) return (uint16_t)(sign | 0x7c00);
+  if (ee <= 0) {
+    if (ee < -10) return (uint16_t)sign;
+    m |= 0x800000;
+    const int shift = 14 - ee;
+    uint32_t r = m >> shift;
+    const uint32_t rem = m & ((1u << shift) - 1), half = 1u << (shift - 1);
+    if (rem > half || (rem == half && (r & 1))) r++;
+    return (uint16_t)(sign | r);
+  }
+  uint32_t r = ((uint32_t)ee << 10) | (m >> 13);
+  const uint32_t rem = m & 0x1fff;
+  if (rem > 0x1000 || (rem == 0x1000 && (r & 1))) r++;
+  return (uint16_t)(sign | r);
+}
+inline float f16_to_f32(uint16_t h) {
+  const uint32_t sign = (uint32_t)(h & 0x8000) << 16, e = (h >> 10) & 0x1f, m = h & 0x3ff;
+  if (e == 0x1f) return bits_f32(sign | 0x7f800000 | (m << 13));
+  if (e == 0) return (sign ? -1.f : 1.f) * ldexpf((float)m, -24);
+  return bits_f32(sign | ((e + 112) << 23) | (m << 13));
+}
+inline float bf16_to_f32(uint16_t b) { return bits_f32((uint32_t)b << 16); }
+inline uint16_t f32_to_bf16(float f) {
+  const uint32_t x = f32_bits(f);
+  if ((x & 0x7fffffff) > 0x7f800000) return (uint16_t)((x >> 16) | 0x40);
+  return (uint16_t)((x + 0x7fff + ((x >> 16) & 1)) >> 16);
+}
+inline float e4m3_to_f32(uint8_t v) {
+  const int s = v >> 7, e = (v >> 3) & 0xf, m = v & 7;
+  float r;
+  if (e == 15 && m == 7)
+    r = NAN;
+  else if (e == 0)
+    r = ldexpf((float)m, -9);
+  else
+    r = ldexpf(1.f + m / 8.f, e - 7);
+  return s ? -r : r;
+}
+
+}  // namespace emu
+
+/* ---- the CUDA built-ins and intrinsics the kernels use */
+#define threadIdx (emu::Idx{(unsigned)emu::st().cur, 0u, 0u})
+#define blockIdx (emu::Idx{emu::st().bx, emu::st().by, 0u})
+#define blockDim (emu::Idx{(unsigned)emu::st().nthreads, 1u, 1u})
+#define gridDim (emu::Idx{emu::st().gx, emu::st().gy, 1u})
+
+inline void __syncthreads() { emu::cta_barrier(); }
+template <typename T>
+inline T __shfl_xor_sync(unsigned, T v, int o) {
+  static_assert(sizeof(T) == 4, "32-bit shuffles only");
+  emu::State &s = emu::st();
+  const int me = s.cur;
+  memcpy(&s.xch[me][0], &v, 4);
+  emu::warp_barrier();
+  T r;
+  memcpy(&r, &s.xch[emu::wbase() | ((me & 31) ^ o)][0], 4);
+  emu::warp_barrier();
+  return r;
+}
+inline int __all_sync(unsigned, int pred) {
+  emu::State &s = emu::st();
+  s.xch[s.cur][0] = pred != 0;
+  emu::warp_barrier();
+  int r = 1;
+  for (int l = 0; l < 32; l++) r &= (int)s.xch[emu::wbase() + l][0];
+  emu::warp_barrier();
+  return r;
+}
+template <typename T>
+inline T __ldg(const T *p) {
+  return *p;
+}
+inline unsigned long long atomicAdd(unsigned long long *p, unsigned long long v) {
+  const unsigned long long o = *p;
+  *p = o + v;
+  return o;
+}
+inline float __uint_as_float(uint32_t u) { return emu::bits_f32(u); }
+inline uint32_t __float_as_uint(float f) { return emu::f32_bits(f); }
+inline uint32_t __byte_perm(uint32_t x, uint32_t y, uint32_t s) {
+  const uint64_t v = ((uint64_t)y << 32) | x;
+  uint32_t r = 0;
+  for (int i = 0; i < 4; i++) r |= (uint32_t)((v >> (8 * ((s >> (4 * i)) & 7))) & 0xff) << (8 * i);
+  return r;
+}
+template <typename T>
+inline T min(T a, T b) {
+  return a < b ? a : b;
+}
+template <typename T>
+inline T max(T a, T b) {
+  return a > b ? a : b;
+}
+struct __attribute__((aligned(16))) uint4 {
+  uint32_t x, y, z, w;
+};
+struct __attribute__((aligned(8))) uint2 {
+  uint32_t x, y;
+};
+struct __attribute__((aligned(16))) float4 {
+  float x, y, z, w;
+};
+struct __attribute__((aligned(8))) float2 {
+  float x, y;
+};
+inline uint4 make_uint4(uint32_t x, uint32_t y, uint32_t z, uint32_t w) { return uint4{x, y, z, w}; }
+inline uint2 make_uint2(uint32_t x, uint32_t y) { return uint2{x, y}; }
+inline float4 make_float4(float x, float y, float z, float w) { return float4{x, y, z, w}; }
+inline float2 make_float2(float x, float y) { return float2{x, y}; }
+struct __half {
+  uint16_t x;
+};
+struct __half2 {
+  uint16_t x, y;
+};
+inline __half2 __floats2half2_rn(float lo, float hi) { return __half2{emu::f32_to_f16(lo), emu::f32_to_f16(hi)}; }
+
+/* ---- ptx.cuh, emulated */
+namespace dsk_ptx {
+
+inline void cp_async_n(void *dst, const void *src, bool valid, int n) {
+  if (valid)
+    memcpy(dst, src, (size_t)n);
+  else
+    memset(dst, 0, (size_t)n);
+}
+inline void cp_async16(void *dst, const void *src, bool valid) { cp_async_n(dst, src, valid, 16); }
+inline void cp_async8(void *dst, const void *src, bool valid) { cp_async_n(dst, src, valid, 8); }
+inline void cp_async4(void *dst, const void *src, bool valid) { cp_async_n(dst, src, valid, 4); }
+inline void cp_async_commit() {}
+template <int N>
+inline void cp_async_wait() {}
+
+/* ldmatrix .x4: lane l gives the row address of row l & 7 of matrix l >> 3 */
+inline void ldmatrix_x4_impl(uint32_t (&r)[4], const void *p, bool trans) {
+  emu::State &s = emu::st();
+  s.xptr[s.cur] = p;
+  emu::warp_barrier();
+  const int l = emu::lane(), b = emu::wbase();
+  for (int m = 0; m < 4; m++) {
+    if (!trans) {
+      memcpy(&r[m], (const uint8_t *)s.xptr[b + 8 * m + l / 4] + 4 * (l % 4), 4);
+    } else {
+      uint16_t lo, hi;
+      memcpy(&lo, (const uint8_t *)s.xptr[b + 8 * m + 2 * (l % 4)] + 2 * (l / 4), 2);
+      memcpy(&hi, (const uint8_t *)s.xptr[b + 8 * m + 2 * (l % 4) + 1] + 2 * (l / 4), 2);
+      r[m] = (uint32_t)lo | ((uint32_t)hi << 16);
+    }
+  }
+  emu::warp_barrier();
+}
+inline void ldmatrix_x4(uint32_t (&r)[4], const void *p) { ldmatrix_x4_impl(r, p, false); }
+inline void ldmatrix_x4_trans(uint32_t (&r)[4], const void *p) { ldmatrix_x4_impl(r, p, true); }
+
+inline uint32_t e4m3x2_to_f16x2(uint32_t v) {
+  return (uint32_t)emu::f32_to_f16(emu::e4m3_to_f32(v & 0xff)) |
+         ((uint32_t)emu::f32_to_f16(emu::e4m3_to_f32((v >> 8) & 0xff)) << 16);
+}
+inline uint32_t e4m3x2_to_f16x2_u16(uint32_t v) { return e4m3x2_to_f16x2(v); }
+inline void e4m3x4_to_f16x2x2(uint32_t v, uint32_t &lo, uint32_t &hi) {
+  lo = e4m3x2_to_f16x2(v & 0xffff);
+  hi = e4m3x2_to_f16x2(v >> 16);
+}
+
+/* mma.sync m16n8k16 row.col, fp32 accumulate: every lane publishes its
+ * fragments, then computes its own four outputs from all of them */
+inline void mma_impl(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1, bool bf) {
+  emu::State &s = emu::st();
+  uint32_t *x = s.xch[s.cur];
+  for (int i = 0; i < 4; i++) x[i] = a[i];
+  x[4] = b0;
+  x[5] = b1;
+  emu::warp_barrier();
+  const int l = emu::lane(), b = emu::wbase(), g = l >> 2, q = l & 3;
+  auto half = [&](uint32_t w, int k) -> float {
+    const uint16_t h = (uint16_t)(k & 1 ? w >> 16 : w & 0xffff);
+    return bf ? emu::bf16_to_f32(h) : emu::f16_to_f32(h);
+  };
+  auto A = [&](int r, int k) -> float {
+    const int ln = 4 * (r & 7) + (k & 7) / 2, reg = (r >= 8 ? 1 : 0) + (k >= 8 ? 2 : 0);
+    return half(s.xch[b + ln][reg], k);
+  };
+  auto B = [&](int k, int n) -> float {
+    const int ln = 4 * n + (k & 7) / 2;
+    return half(s.xch[b + ln][4 + (k >= 8)], k);
+  };
+  float out[4];
+  for (int e = 0; e < 4; e++) {
+    const int r = g + 8 * (e >> 1), n = 2 * q + (e & 1);
+    double acc = c[e];
+    for (int k = 0; k < 16; k++) acc += (double)A(r, k) * (double)B(k, n);
+    out[e] = (float)acc;
+  }
+  emu::warp_barrier();
+  for (int e = 0; e < 4; e++) c[e] = out[e];
+}
+inline void mma_f16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) { mma_impl(c, a, b0, b1, false); }
+inline void mma_bf16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) { mma_impl(c, a, b0, b1, true); }
+
+inline uint32_t pack_bf16(float lo, float hi) {
+  return (uint32_t)emu::f32_to_bf16(lo) | ((uint32_t)emu::f32_to_bf16(hi) << 16);
+}
+inline uint16_t f32_to_bf16_rne(float x) { return emu::f32_to_bf16(x); }
+inline void pdl_launch_dependents() {}
+inline void pdl_wait() {}
+inline float fast_exp2(float x) { return exp2f(x); }
+
+}  // namespace dsk_ptx
+
+#endif
