@@ -242,9 +242,10 @@ static int tactic_is_zero(const dsk_tactic *t) {
 }
 
 /* Heads per CTA (tactic v[1]) of the heuristic and of the tuner's tactic
- * set: 16. The 32-head kernel (v[1] = 32, H > 16) is valid when forced but
- * measured slower than the 16-head kernel on most H200 shapes
- * (docs/benchmarks.md, v6), so neither the heuristic nor the tuner picks it. */
+ * set: 16. The 32-head kernel (v[1] = 32, H > 16; redesigned in v9,
+ * docs/design.md) is valid when forced; neither the heuristic nor the tuner
+ * picks it until it has passed the GPU harness and been timed against the
+ * 16-head kernel (docs/benchmarks.md, v9). */
 static int32_t dsk__sparse_mla_heads_per_cta(const dsk_sparse_mla_desc *d) {
   (void)d;
   return 16;
