@@ -390,6 +390,10 @@ int main() {
       {"A pbs 24 w 150 lens, H 20", A, 2, 20, 1, {{24, 150, 12, true}, {0, 0, 0, false}}, false, 3, 32, 8},
       {"A pbs 24 w 150 lens, H 20", A, 2, 20, 1, {{24, 150, 12, true}, {0, 0, 0, false}}, false, 3, 16, 4},
       {"A pbs 64 w 64 sink, H 64", A, 1, 64, 1, {{64, 64, 2, false}, {0, 0, 0, false}}, true, 1, 32, 8},
+      /* the DSv4-Flash C4A layer shape (H 64, SWA 128 + C4A 512) at T 1: 20 one-stage splits,
+       * the batched combine over three batches */
+      {"B DSv4-Flash swa128 + c4a512, H 64", B, 1, 64, 2, {{64, 128, 4, false}, {64, 512, 12, false}}, true, 1, 32, 8},
+      {"B DSv4-Flash swa128 + c4a512, H 64", B, 1, 64, 2, {{64, 128, 4, false}, {64, 512, 12, false}}, true, 1, 16, 8},
   };
   uint64_t seed = 1;
   int passed = 0, failed = 0;
