@@ -16,6 +16,7 @@
  * a stride gap that must stay NaN. */
 #include "emu/cuda_emu.h"
 
+#include "backend/cuda/page_divisor.h"
 #include "backend/cuda/sparse_mla_layout.h"
 #include "dsk.h"
 
@@ -25,6 +26,7 @@ __attribute__((aligned(16))) uint8_t smem[160 * 1024];
 #include "backend/cuda/sparse_mla_k16.cuh"
 #include "backend/cuda/sparse_mla_k32.cuh"
 #include "backend/cuda/sparse_mla_combine.cuh"
+#include "backend/cuda/sparse_mla_plan.cuh"
 }  // namespace
 
 namespace {
@@ -55,7 +57,7 @@ struct Case {
   int T, H, nseg;
   SegCfg seg[2];
   bool sink;
-  int cpb, hpc, nw; /* tactic; nw: 16-head kernel warps (4 or 8) */
+  int cpb, hpc; /* tactic */
 };
 
 struct SegData {
@@ -210,51 +212,49 @@ void oracle(dsk_ctx *cpu, const Case &k, const SegData *sd, const std::vector<ui
   }
 }
 
-void dsk_page_divisor(int64_t pbs, uint32_t *pbs32, int *shift) {
-  *pbs32 = pbs < ((int64_t)1 << 31) ? (uint32_t)pbs : (1u << 31);
-  *shift = -1;
-  for (int b = 0; b < 32; b++)
-    if (*pbs32 == (1u << b)) *shift = b;
-}
+/* What one emulated call ran: splits, warps of the split kernel, combine
+ * form (-1 none, 0 two-pass, else the batch). */
+struct Ran {
+  int splits, warps, combine;
+};
 
+/* Runs the split kernel and the combine of the launch the GPU would make
+ * (sparse_mla_plan.cuh) for desc d on an SM count of sm_count. */
 template <int F>
-void run_kernels(const Case &k, Params &p, int sm_count) {
-  /* splits as the launcher's stages_per_split */
-  const int ch = p.nch;
-  int cpb = k.cpb > ch ? ch : k.cpb;
-  const int hpc = k.hpc;
-  p.nhg = (int)((k.H + hpc - 1) / hpc);
-  int spb = 2 * cpb;
-  if (cpb == 1 && (int64_t)k.T * p.nhg * 2 * ch <= sm_count) spb = 1;
-  p.spb = spb;
-  p.splits = (2 * ch + spb - 1) / spb;
-  std::vector<float> ws;
+Ran run_kernels(const Case &k, const dsk_sparse_mla_desc &d, int64_t sm_count) {
+  dsk_tactic tc;
+  memset(&tc, 0, sizeof tc);
+  tc.v[0] = k.cpb;
+  tc.v[1] = k.hpc;
+  LaunchPlan lp = launch_plan<F>(&d, &tc, sm_count);
+  Params &p = lp.p;
+  EXPECT(lp.smem <= (int)sizeof smem, "smem %d", lp.smem);
+  /* the workspace is poisoned (0xFF) as the GPU tests do */
+  std::vector<float> ws((size_t)(workspace_bytes(&d, p.splits) / 4 + 1), emu::bits_f32(0xFFFFFFFFu));
   if (p.splits > 1) {
-    ws.assign((size_t)k.T * k.H * p.splits * 513, emu::bits_f32(0xFFFFFFFFu)); /* 0xFF workspace */
     p.part_o = ws.data();
-    p.part_lse = ws.data() + (size_t)k.T * k.H * p.splits * 512;
+    p.part_lse = p.part_o + d.T * d.H * p.splits * 512;
   }
-  const unsigned gx = (unsigned)(k.T * p.nhg), gy = (unsigned)p.splits;
-  if (hpc == 32) {
-    const int bytes = DSK_MLA32_SMEM_BYTES(F);
-    EXPECT(bytes <= (int)sizeof smem, "smem");
-    emu::launch(gx, gy, DSK_MLA32_THREADS, smem, bytes, [&] { sparse_mla_k32_kernel<F>(p); });
-  } else if (k.nw == 8) {
-    emu::launch(gx, gy, 256, smem, DSK_MLA_SMEM_BYTES_W(F, 8), [&] { sparse_mla_kernel<F, 8>(p); });
-  } else {
-    emu::launch(gx, gy, 128, smem, DSK_MLA_SMEM_BYTES(F), [&] { sparse_mla_kernel<F, 4>(p); });
-  }
+  const unsigned gx = (unsigned)lp.blocks_x, gy = (unsigned)p.splits;
+  if (lp.wide)
+    emu::launch(gx, gy, DSK_MLA32_THREADS, smem, lp.smem, [&] { sparse_mla_k32_kernel<F>(p); });
+  else if (lp.w8)
+    emu::launch(gx, gy, kThreads8, smem, lp.smem, [&] { sparse_mla_kernel<F, DSK_MLA_WARPS8>(p); });
+  else
+    emu::launch(gx, gy, kThreads, smem, lp.smem, [&] { sparse_mla_kernel<F, DSK_MLA_WARPS>(p); });
   if (p.splits > 1) {
-    const bool batched = (int64_t)gx * gy <= sm_count;
-    if (!batched)
-      emu::launch((unsigned)(k.T * k.H), 1, 128, smem, 0, [&] { sparse_mla_combine_kernel(p); });
-    else if (p.splits <= 2)
-      emu::launch((unsigned)(k.T * k.H), 1, 128, smem, 0, [&] { sparse_mla_combine_batched_kernel<2>(p); });
-    else if (p.splits <= 4)
-      emu::launch((unsigned)(k.T * k.H), 1, 128, smem, 0, [&] { sparse_mla_combine_batched_kernel<4>(p); });
+    const unsigned cg = (unsigned)(d.T * d.H);
+    if (lp.combine_batch == 0)
+      emu::launch(cg, 1, 128, smem, 0, [&] { sparse_mla_combine_kernel(p); });
+    else if (lp.combine_batch == 2)
+      emu::launch(cg, 1, 128, smem, 0, [&] { sparse_mla_combine_batched_kernel<2>(p); });
+    else if (lp.combine_batch == 4)
+      emu::launch(cg, 1, 128, smem, 0, [&] { sparse_mla_combine_batched_kernel<4>(p); });
     else
-      emu::launch((unsigned)(k.T * k.H), 1, 128, smem, 0, [&] { sparse_mla_combine_batched_kernel<8>(p); });
+      emu::launch(cg, 1, 128, smem, 0, [&] { sparse_mla_combine_batched_kernel<8>(p); });
   }
+  return Ran{p.splits, lp.wide ? DSK_MLA32_WARPS : lp.w8 ? DSK_MLA_WARPS8 : DSK_MLA_WARPS,
+             p.splits > 1 ? lp.combine_batch : -1};
 }
 
 bool run_case(dsk_ctx *cpu, const Case &k, uint64_t seed) {
@@ -276,44 +276,36 @@ bool run_case(dsk_ctx *cpu, const Case &k, uint64_t seed) {
   const int osh = 520; /* 8 poisoned elements between heads */
   std::vector<uint16_t> out((size_t)k.T * k.H * osh, 0x7fc1);
   std::vector<float> lse((size_t)k.T * k.H, NAN);
-  unsigned long long counters[2] = {0, 0};
+  int64_t counters[2] = {0, 0};
 
-  Params p;
-  memset(&p, 0, sizeof p);
-  p.q = q.data();
-  p.q_st = (int64_t)k.H * dqk;
-  p.q_sh = dqk;
-  p.scale_log2 = sm_scale * 1.4426950408889634f;
-  p.T = k.T;
-  p.H = k.H;
-  p.nseg = k.nseg;
+  dsk_sparse_mla_desc d;
+  memset(&d, 0, sizeof d);
+  d.struct_size = sizeof d;
+  d.format = k.fmt;
+  d.T = k.T;
+  d.H = k.H;
+  d.q = q.data();
+  d.q_stride_t = (int64_t)k.H * dqk;
+  d.q_stride_h = dqk;
+  d.sm_scale = sm_scale;
+  d.nseg = k.nseg;
   for (int i = 0; i < k.nseg; i++) {
-    Seg &s = p.seg[i];
-    s.base = sd[i].pool.data();
-    s.pbs = k.seg[i].pbs;
-    dsk_page_divisor(s.pbs, &s.pbs32, &s.pbs_log2);
-    s.page_stride = sd[i].cache.page_stride;
-    s.cap = (int64_t)k.seg[i].pbs * k.seg[i].pages;
-    s.slots = sd[i].slots.data();
-    s.slots_st = k.seg[i].width;
-    s.width = k.seg[i].width;
-    s.lens = k.seg[i].lens ? sd[i].lens.data() : nullptr;
+    d.seg[i].cache = sd[i].cache;
+    d.seg[i].slots = sd[i].slots.data();
+    d.seg[i].slots_stride_t = k.seg[i].width;
+    d.seg[i].width = k.seg[i].width;
+    d.seg[i].lens = k.seg[i].lens ? sd[i].lens.data() : nullptr;
   }
-  p.sink = k.sink ? sink.data() : nullptr;
-  p.out = out.data();
-  p.out_st = (int64_t)k.H * osh;
-  p.out_sh = osh;
-  p.lse = lse.data();
-  p.lse_st = k.H;
-  p.lse_sh = 1;
-  p.nch0 = (k.seg[0].width + 63) / 64;
-  p.nch = p.nch0 + (k.nseg > 1 ? (k.seg[1].width + 63) / 64 : 0);
-  p.counters = counters;
-  const int sm_count = 132;
-  if (k.fmt == DSK_KV_FORMAT_A656)
-    run_kernels<1>(k, p, sm_count);
-  else
-    run_kernels<2>(k, p, sm_count);
+  d.sink = k.sink ? sink.data() : nullptr;
+  d.out = out.data();
+  d.out_stride_t = (int64_t)k.H * osh;
+  d.out_stride_h = osh;
+  d.lse = lse.data();
+  d.lse_stride_t = k.H;
+  d.lse_stride_h = 1;
+  d.counters = counters;
+  const int64_t sm_count = 132; /* the H200's */
+  const Ran ran = k.fmt == DSK_KV_FORMAT_A656 ? run_kernels<1>(k, d, sm_count) : run_kernels<2>(k, d, sm_count);
 
   std::vector<double> ref, ref_lse;
   oracle(cpu, k, sd, q, dqk, sm_scale, sink, ref, ref_lse);
@@ -344,7 +336,7 @@ bool run_case(dsk_ctx *cpu, const Case &k, uint64_t seed) {
     }
   const double rel = den > 0 ? sqrt(num / den) : 0;
   /* expected counters: out-of-range slots at k < L, clamped lens */
-  unsigned long long ecnt[2] = {0, 0};
+  int64_t ecnt[2] = {0, 0};
   for (int si = 0; si < k.nseg; si++)
     for (int t = 0; t < k.T; t++) {
       const SegCfg &c = k.seg[si];
@@ -358,10 +350,10 @@ bool run_case(dsk_ctx *cpu, const Case &k, uint64_t seed) {
     }
   const bool ok = rel <= 4e-3 && lse_abs <= 1e-3 && max_abs <= 2e-2 * max_ref && bad == 0 && gaps == 0 &&
                   counters[0] == ecnt[0] && counters[1] == ecnt[1];
-  printf("emu sparse_mla %-34s hpc %d nw %d cpb %d splits %d: rel_l2 %.2e lse_abs %.2e max_abs %.2e bad %lld gaps %lld "
-         "counters %llu/%llu (want %llu/%llu) %s\n",
-         k.name, k.hpc, k.hpc == 32 ? 8 : k.nw, k.cpb, p.splits, rel, lse_abs, max_abs, (long long)bad,
-         (long long)gaps, counters[0], counters[1], ecnt[0], ecnt[1], ok ? "pass" : "FAIL");
+  printf("emu sparse_mla %-34s hpc %d cpb %d: %d warps, %d splits, combine %d: rel_l2 %.2e lse_abs %.2e max_abs %.2e bad %lld gaps %lld "
+         "counters %lld/%lld (want %lld/%lld) %s\n",
+         k.name, k.hpc, k.cpb, ran.warps, ran.splits, ran.combine, rel, lse_abs, max_abs, (long long)bad, (long long)gaps,
+         (long long)counters[0], (long long)counters[1], (long long)ecnt[0], (long long)ecnt[1], ok ? "pass" : "FAIL");
   fflush(stdout);
   EXPECT(ok, "%s (hpc %d, cpb %d)", k.name, k.hpc, k.cpb);
   return g_fail == fails0;
@@ -379,21 +371,25 @@ int main() {
     return 1;
   }
   const dsk_kv_format A = DSK_KV_FORMAT_A656, B = DSK_KV_FORMAT_B584;
-  /* name, fmt, T, H, nseg, {pbs, width, pages, lens} x2, sink, cpb, hpc, nw */
+  /* name, fmt, T, H, nseg, {pbs, width, pages, lens} x2, sink, cpb, hpc; the
+   * launch plan picks the 16-head kernel's warps and the combine form */
   const Case cases[] = {
-      {"B swa64x70 + c128a2x45, H40", B, 3, 40, 2, {{64, 70, 3, true}, {2, 45, 40, false}}, true, 1, 32, 8},
-      {"B swa64x70 + c128a2x45, H40", B, 3, 40, 2, {{64, 70, 3, true}, {2, 45, 40, false}}, true, 3, 32, 8},
-      {"B swa64x70 + c128a2x45, H40", B, 3, 40, 2, {{64, 70, 3, true}, {2, 45, 40, false}}, true, 1, 16, 4},
-      {"B swa64x70 + c128a2x45, H40", B, 3, 40, 2, {{64, 70, 3, true}, {2, 45, 40, false}}, true, 3, 16, 8},
-      {"B one segment pbs 64 w 33, H 17", B, 2, 17, 1, {{64, 33, 2, false}, {0, 0, 0, false}}, false, 2, 32, 8},
-      {"A pbs 24 w 150 lens, H 20", A, 2, 20, 1, {{24, 150, 12, true}, {0, 0, 0, false}}, false, 1, 32, 8},
-      {"A pbs 24 w 150 lens, H 20", A, 2, 20, 1, {{24, 150, 12, true}, {0, 0, 0, false}}, false, 3, 32, 8},
-      {"A pbs 24 w 150 lens, H 20", A, 2, 20, 1, {{24, 150, 12, true}, {0, 0, 0, false}}, false, 3, 16, 4},
-      {"A pbs 64 w 64 sink, H 64", A, 1, 64, 1, {{64, 64, 2, false}, {0, 0, 0, false}}, true, 1, 32, 8},
+      {"B swa64x70 + c128a2x45, H40", B, 3, 40, 2, {{64, 70, 3, true}, {2, 45, 40, false}}, true, 1, 32},
+      {"B swa64x70 + c128a2x45, H40", B, 3, 40, 2, {{64, 70, 3, true}, {2, 45, 40, false}}, true, 3, 32},
+      {"B swa64x70 + c128a2x45, H40", B, 3, 40, 2, {{64, 70, 3, true}, {2, 45, 40, false}}, true, 1, 16},
+      {"B swa64x70 + c128a2x45, H40", B, 3, 40, 2, {{64, 70, 3, true}, {2, 45, 40, false}}, true, 3, 16},
+      {"B one segment pbs 64 w 33, H 17", B, 2, 17, 1, {{64, 33, 2, false}, {0, 0, 0, false}}, false, 2, 32},
+      {"A pbs 24 w 150 lens, H 20", A, 2, 20, 1, {{24, 150, 12, true}, {0, 0, 0, false}}, false, 1, 32},
+      {"A pbs 24 w 150 lens, H 20", A, 2, 20, 1, {{24, 150, 12, true}, {0, 0, 0, false}}, false, 3, 32},
+      {"A pbs 24 w 150 lens, H 20", A, 2, 20, 1, {{24, 150, 12, true}, {0, 0, 0, false}}, false, 3, 16},
+      {"A pbs 64 w 64 sink, H 64", A, 1, 64, 1, {{64, 64, 2, false}, {0, 0, 0, false}}, true, 1, 32},
       /* the DSv4-Flash C4A layer shape (H 64, SWA 128 + C4A 512) at T 1: 20 one-stage splits,
        * the batched combine over three batches */
-      {"B DSv4-Flash swa128 + c4a512, H 64", B, 1, 64, 2, {{64, 128, 4, false}, {64, 512, 12, false}}, true, 1, 32, 8},
-      {"B DSv4-Flash swa128 + c4a512, H 64", B, 1, 64, 2, {{64, 128, 4, false}, {64, 512, 12, false}}, true, 1, 16, 8},
+      {"B DSv4-Flash swa128 + c4a512, H 64", B, 1, 64, 2, {{64, 128, 4, false}, {64, 512, 12, false}}, true, 1, 32},
+      {"B DSv4-Flash swa128 + c4a512, H 64", B, 1, 64, 2, {{64, 128, 4, false}, {64, 512, 12, false}}, true, 1, 16},
+      /* grids of more than one wave on 132 SMs: the 4-warp 16-head kernel and the two-pass combine */
+      {"B multi-wave w 70, T 45, H 48", B, 45, 48, 1, {{64, 70, 4, false}, {0, 0, 0, false}}, true, 1, 16},
+      {"B multi-wave w 70, T 45, H 48", B, 45, 48, 1, {{64, 70, 4, false}, {0, 0, 0, false}}, true, 1, 32},
   };
   uint64_t seed = 1;
   int passed = 0, failed = 0;

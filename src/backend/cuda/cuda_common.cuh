@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "cuda_internal.h"
+#include "page_divisor.h"
 
 #define DSK_CUDA_TRY(what, call)                                                         \
   do {                                                                                   \
@@ -36,16 +37,6 @@ static inline const dsk_cuda_state *dsk__cuda_state(const dsk_ctx *ctx) {
 
 static inline unsigned dsk__ceil_div_u(int64_t a, int64_t b) { return (unsigned)((a + b - 1) / b); }
 
-/* Page-size divisor for slot / page lookups in 32 bits (slots < 2^31):
- * *pbs32 = min(pbs, 2^31), an exact divisor for every such slot, and
- * *shift = log2(*pbs32) when it is a power of two (a shift replaces the
- * division), else -1. */
-static inline void dsk__page_divisor(int64_t pbs, uint32_t *pbs32, int *shift) {
-  *pbs32 = pbs < ((int64_t)1 << 31) ? (uint32_t)pbs : (1u << 31);
-  *shift = -1;
-  for (int b = 0; b < 32; b++)
-    if (*pbs32 == (1u << b)) *shift = b;
-}
 
 /* A kernel launch with programmatic stream serialization (programmatic
  * dependent launch, sm_90 and sm_120): the kernel may start while the

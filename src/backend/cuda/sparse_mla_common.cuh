@@ -245,22 +245,30 @@ __device__ __forceinline__ void stage_q(const Params &p, int64_t t, int h_first,
   q_store<F, IL, NR>(q_load<F, NR>(p, t, h_first, lane), lane, nope, nope_bytes, rope, rope_bytes, qscale, il_row0);
 }
 
-/* The V-scale fold of PV (one 64-dim half): R is the half's running maximum
- * tile scale; s_lane is the scale of candidate `lane` of this stage. Raises
- * R to the stage's maximum, rescales the half's accumulators by old R / new
- * R when it grew, and returns 1 / R (0 while every scale is 0), so that the
- * PV A operand P * scale / R stays in [0, 1]. */
-__device__ __forceinline__ float fold_v_scale(float &R, float s_lane, float (&acc)[8][4]) {
+/* The V-scale fold of PV: R is the running maximum tile scale of the
+ * accumulators `acc` (NA blocks of 8 n-tiles: one 64-dim half in the
+ * 16-head kernel, both head tiles in the 32-head one); s_lane is the scale
+ * of candidate `lane` of this stage. Raises R to the stage's maximum,
+ * rescales acc by old R / new R when it grew, and returns 1 / R (0 while
+ * every scale is 0), so that the PV A operand P * scale / R stays in
+ * [0, 1]. */
+template <int NA>
+__device__ __forceinline__ float fold_v_scale(float &R, float s_lane, float (&acc)[NA][8][4]) {
   const float rnew = fmaxf(R, warp_max(s_lane));
   const float keep = rnew > 0.f ? R / rnew : 0.f;
   R = rnew;
   if (keep != 1.f) {
 #pragma unroll
-    for (int j = 0; j < 8; j++)
+    for (int a = 0; a < NA; a++)
 #pragma unroll
-      for (int e = 0; e < 4; e++) acc[j][e] *= keep;
+      for (int j = 0; j < 8; j++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) acc[a][j][e] *= keep;
   }
   return rnew > 0.f ? 1.f / rnew : 0.f;
+}
+__device__ __forceinline__ float fold_v_scale(float &R, float s_lane, float (&acc)[8][4]) {
+  return fold_v_scale<1>(R, s_lane, reinterpret_cast<float(&)[1][8][4]>(acc));
 }
 
 /* One stage's online softmax, shared by both kernels and computed by every

@@ -56,76 +56,14 @@ namespace {
 #include "sparse_mla_k16.cuh"
 #include "sparse_mla_k32.cuh"
 #include "sparse_mla_combine.cuh"
-
-int chunk_count(const dsk_sparse_mla_desc *d) {
-  int64_t c = (d->seg[0].width + DSK_MLA_CHUNK - 1) / DSK_MLA_CHUNK;
-  if (d->nseg > 1) c += (d->seg[1].width + DSK_MLA_CHUNK - 1) / DSK_MLA_CHUNK;
-  return (int)c;
-}
-
-/* 32-candidate stages per split. Tactic v[0] (cpb) gives 2 * cpb; at cpb 1,
- * when even twice the splits leave the grid within one CTA per SM (a
- * decode step of few rows: every CTA runs alone on its SM, so its time is
- * one warp's dependent instruction chain), each split takes one stage and
- * the splits double. Deterministic in the shape, the tactic and the SM
- * count, so the plan's workspace and the run agree. */
-int stages_per_split(const dsk_ctx *ctx, const dsk_sparse_mla_desc *d, const dsk_tactic *tc, int *splits) {
-  const int ch = chunk_count(d);
-  int cpb = tc->v[0] > 0 ? tc->v[0] : 1;
-  if (cpb > ch) cpb = ch;
-  const int hpc = tc->v[1] == DSK_MLA32_HEADS ? DSK_MLA32_HEADS : DSK_MLA_HEADS;
-  const int64_t nhg = (d->H + hpc - 1) / hpc;
-  int spb = 2 * cpb;
-  if (cpb == 1 && d->T * nhg * 2 * (int64_t)ch <= (int64_t)ctx->info.sm_count) spb = 1;
-  *splits = (2 * ch + spb - 1) / spb;
-  return spb;
-}
+#include "sparse_mla_plan.cuh"
 
 template <int F>
 dsk_status launch(dsk_ctx *ctx, const dsk_sparse_mla_desc *d, const dsk_tactic *tc, cudaStream_t s) {
-  Params p;
-  memset(&p, 0, sizeof p);
-  p.q = d->q;
-  p.q_st = d->q_stride_t;
-  p.q_sh = d->q_stride_h;
-  p.scale_log2 = d->sm_scale * 1.4426950408889634f;
-  p.T = d->T;
-  p.H = d->H;
-  p.nseg = d->nseg;
-  for (int i = 0; i < d->nseg; i++) {
-    const dsk_sparse_mla_segment &sg = d->seg[i];
-    p.seg[i].base = (const uint8_t *)sg.cache.base;
-    p.seg[i].pbs = sg.cache.pbs;
-    dsk__page_divisor(sg.cache.pbs, &p.seg[i].pbs32, &p.seg[i].pbs_log2);
-    p.seg[i].page_stride = sg.cache.page_stride;
-    p.seg[i].cap = sg.cache.num_pages * sg.cache.pbs;
-    p.seg[i].slots = sg.slots;
-    p.seg[i].slots_st = sg.slots_stride_t;
-    p.seg[i].width = sg.width;
-    p.seg[i].lens = sg.lens;
-  }
-  p.sink = d->sink;
-  p.out = d->out;
-  p.out_st = d->out_stride_t;
-  p.out_sh = d->out_stride_h;
-  p.lse = d->lse;
-  p.lse_st = d->lse_stride_t;
-  p.lse_sh = d->lse_stride_h;
-  p.nch0 = (int)((d->seg[0].width + DSK_MLA_CHUNK - 1) / DSK_MLA_CHUNK);
-  p.nch = chunk_count(d);
-  p.spb = stages_per_split(ctx, d, tc, &p.splits);
-  const bool wide = tc->v[1] == DSK_MLA32_HEADS; /* heads per CTA: 16 or 32 (validated by src/ops) */
-  const int hpc = wide ? DSK_MLA32_HEADS : kHeads;
-  p.nhg = (int)((d->H + hpc - 1) / hpc);
-  p.counters = (unsigned long long *)d->counters;
-  if (p.splits > 1) {
-    p.part_o = (float *)d->workspace;
-    p.part_lse = p.part_o + d->T * d->H * p.splits * 512;
-  }
-  const int64_t blocks_x = d->T * p.nhg;
-  const bool single_wave = blocks_x * p.splits <= (int64_t)ctx->info.sm_count;
-  const bool w8 = !wide && single_wave;
-  const int smem = wide ? DSK_MLA32_SMEM_BYTES(F) : w8 ? DSK_MLA_SMEM_BYTES_W(F, DSK_MLA_WARPS8) : DSK_MLA_SMEM_BYTES(F);
+  const LaunchPlan lp = launch_plan<F>(d, tc, ctx->info.sm_count);
+  const Params &p = lp.p;
+  const int smem = lp.smem;
+  const int64_t blocks_x = lp.blocks_x;
   const dsk_cuda_state *st = dsk__cuda_state(ctx);
   if (smem > st->smem_optin)
     return dsk__fail(DSK_STATUS_UNSUPPORTED, "sparse_mla_decode: kernel needs %d B of shared memory, device allows %lld",
@@ -134,9 +72,9 @@ dsk_status launch(dsk_ctx *ctx, const dsk_sparse_mla_desc *d, const dsk_tactic *
     return dsk__fail(DSK_STATUS_UNSUPPORTED, "sparse_mla_decode: grid %lld x %d is too large", (long long)blocks_x,
                      p.splits);
   const dim3 grid((unsigned)blocks_x, (unsigned)p.splits);
-  if (wide)
+  if (lp.wide)
     sparse_mla_k32_kernel<F><<<grid, k32Threads, smem, s>>>(p);
-  else if (w8)
+  else if (lp.w8)
     sparse_mla_kernel<F, DSK_MLA_WARPS8><<<grid, kThreads8, smem, s>>>(p);
   else
     sparse_mla_kernel<F, DSK_MLA_WARPS><<<grid, kThreads, smem, s>>>(p);
@@ -147,10 +85,10 @@ dsk_status launch(dsk_ctx *ctx, const dsk_sparse_mla_desc *d, const dsk_tactic *
      * split kernel's tail (sm_90 and sm_120 both have it) */
     const dim3 cgrid((unsigned)(d->T * d->H));
     DSK_CUDA_TRY("sparse_mla_decode (combine)",
-                 !single_wave     ? dsk__launch_pdl(sparse_mla_combine_kernel, cgrid, dim3(128), 0, s, p)
-                 : p.splits <= 2 ? dsk__launch_pdl(sparse_mla_combine_batched_kernel<2>, cgrid, dim3(128), 0, s, p)
-                 : p.splits <= 4 ? dsk__launch_pdl(sparse_mla_combine_batched_kernel<4>, cgrid, dim3(128), 0, s, p)
-                                 : dsk__launch_pdl(sparse_mla_combine_batched_kernel<8>, cgrid, dim3(128), 0, s, p));
+                 lp.combine_batch == 0   ? dsk__launch_pdl(sparse_mla_combine_kernel, cgrid, dim3(128), 0, s, p)
+                 : lp.combine_batch == 2 ? dsk__launch_pdl(sparse_mla_combine_batched_kernel<2>, cgrid, dim3(128), 0, s, p)
+                 : lp.combine_batch == 4 ? dsk__launch_pdl(sparse_mla_combine_batched_kernel<4>, cgrid, dim3(128), 0, s, p)
+                                         : dsk__launch_pdl(sparse_mla_combine_batched_kernel<8>, cgrid, dim3(128), 0, s, p));
   }
   return DSK_STATUS_OK;
 }
@@ -169,9 +107,8 @@ extern "C" int64_t dsk__cuda_sparse_mla_smem_bytes(dsk_kv_format f, int heads_pe
 extern "C" int64_t dsk__cuda_sparse_mla_workspace(const dsk_ctx *ctx, const dsk_sparse_mla_desc *d,
                                                   const dsk_tactic *t) {
   int splits = 1;
-  stages_per_split(ctx, d, t, &splits);
-  if (splits <= 1) return 0;
-  return d->T * d->H * (int64_t)splits * (512 + 1) * 4;
+  stages_per_split(ctx->info.sm_count, d, t, &splits);
+  return workspace_bytes(d, splits);
 }
 
 namespace {

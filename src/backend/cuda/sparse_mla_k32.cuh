@@ -40,12 +40,11 @@ __device__ __forceinline__ void k32_pv(const float *ps, const float *sc, const u
   constexpr int KHS = DSK_MLA32_KVH_STRIDE(F);
   constexpr int PST = DSK_MLA32_PS_STRIDE;
   const int g = lane >> 2, q4 = lane & 3;
-  const bool rope_warp = ROPE;
 #pragma unroll
   for (int ks = 0; ks < 2; ks++) {
     const int ca = 16 * ks + 2 * q4; /* A columns: candidates ca, ca+1, ca+8, ca+9 */
     float f0 = 1.f, f1 = 1.f, f8 = 1.f, f9 = 1.f;
-    if (!rope_warp) {
+    if (!ROPE) {
       const float2 s01 = *reinterpret_cast<const float2 *>(sc + vtile * kSub + ca);
       const float2 s89 = *reinterpret_cast<const float2 *>(sc + vtile * kSub + ca + 8);
       f0 = s01.x * inv;
@@ -59,7 +58,7 @@ __device__ __forceinline__ void k32_pv(const float *ps, const float *sc, const u
       const float *p0 = ps + (16 * m + g) * PST + ca, *p1 = p0 + 8 * PST;
       const float2 x0 = *reinterpret_cast<const float2 *>(p0), x1 = *reinterpret_cast<const float2 *>(p1);
       const float2 x2 = *reinterpret_cast<const float2 *>(p0 + 8), x3 = *reinterpret_cast<const float2 *>(p1 + 8);
-      if (rope_warp) {
+      if (ROPE) {
         a[m][0] = pack_bf16(x0.x, x0.y);
         a[m][1] = pack_bf16(x1.x, x1.y);
         a[m][2] = pack_bf16(x2.x, x2.y);
@@ -72,14 +71,14 @@ __device__ __forceinline__ void k32_pv(const float *ps, const float *sc, const u
       }
     }
     const int cand = 16 * ks + ((lane >> 3) & 1) * 8 + (lane & 7);
-    const uint8_t *vrow = kvh + cand * KHS + (rope_warp ? 2 * C::NOPE : 128 * warp) + 2 * ((lane >> 4) * 8);
+    const uint8_t *vrow = kvh + cand * KHS + (ROPE ? 2 * C::NOPE : 128 * warp) + 2 * ((lane >> 4) * 8);
 #pragma unroll
     for (int jj = 0; jj < 4; jj++) {
       uint32_t b[4];
       ldmatrix_x4_trans(b, vrow + 32 * jj);
 #pragma unroll
       for (int m = 0; m < 2; m++) {
-        if (rope_warp) {
+        if (ROPE) {
           mma_bf16(acc[m][2 * jj], a[m], b[0], b[1]);
           mma_bf16(acc[m][2 * jj + 1], a[m], b[2], b[3]);
         } else {
@@ -281,22 +280,7 @@ __global__ void __launch_bounds__(DSK_MLA32_THREADS, DSK_MLA32_MIN_BLOCKS) spars
             acc[a][j][3] *= al[2 * a + 1];
           }
       }
-      float inv = 1.f;
-      if (!rope_warp) {
-        /* the V-scale fold (as fold_v_scale, for both head tiles) */
-        const float rnew = fmaxf(R, warp_max(sc[vtile * kSub + lane]));
-        const float keep = rnew > 0.f ? R / rnew : 0.f;
-        R = rnew;
-        if (keep != 1.f) {
-#pragma unroll
-          for (int a = 0; a < 2; a++)
-#pragma unroll
-            for (int j = 0; j < 8; j++)
-#pragma unroll
-              for (int e = 0; e < 4; e++) acc[a][j][e] *= keep;
-        }
-        inv = rnew > 0.f ? 1.f / rnew : 0.f;
-      }
+      const float inv = rope_warp ? 1.f : fold_v_scale(R, sc[vtile * kSub + lane], acc);
       if (rope_warp)
         k32_pv<F, true>(ps, sc, kvh, vtile, inv, warp, lane, acc);
       else
