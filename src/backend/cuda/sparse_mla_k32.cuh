@@ -17,9 +17,11 @@
  *     (exact for arbitrary Format A scales). Scores go to PS in the log2
  *     domain, invalid candidates as -inf.
  *  3. softmax: thread (head tid / 8, candidates 4 (tid % 8) .. + 3) updates
- *     its head's running max and partial sum and turns PS into
- *     probabilities; the head's rescale factor goes to ALPHA. Invalid
- *     candidates get weight exactly 0 and no (-inf) - (-inf) is formed.
+ *     its head's running max (lazily: only when the stage's maximum
+ *     exceeds it by more than kLazyLog2, a factor 2^8) and partial sum and
+ *     turns PS into weights; the head's rescale factor goes to ALPHA.
+ *     Invalid candidates get weight exactly 0 and no (-inf) - (-inf) is
+ *     formed.
  *  4. PV: warp w owns output dims 64 w .. 64 w + 63 of all 32 heads
  *     (2 x 8 n-tiles, 64 fp32 accumulators): A = P * scale_c / R (R = the
  *     warp's running maximum tile scale, so A stays in [0, 1]; f16), B = KVH
@@ -29,6 +31,8 @@
  * (final output with the sink, or fp32 partials for the combine kernel)
  * follows the 16-head kernel. */
 constexpr int k32Threads = DSK_MLA32_THREADS;
+/* Lazy-maximum headroom of the softmax (log2 units): weights up to 2^8. */
+constexpr float kLazyLog2 = 8.f;
 
 /* Phase 4 of one stage for one warp: the two k-steps of 16 candidates.
  * ROPE: Format B's rope dims (bf16, A = P); else nope dims 64 warp .. with
@@ -91,7 +95,9 @@ __device__ __forceinline__ void k32_pv(const float *ps, const float *sc, const u
 }
 
 /* Two CTAs per SM on sm_90 (128 registers: the H200 has the shared memory
- * for two); one on SM120, where ~99 KB per SM holds one CTA anyway. */
+ * for two); one on SM120, where ~99 KB per SM holds one CTA anyway. On the
+ * H200 one CTA per SM without the register cap (200-223 registers, no
+ * spills) was 1.25-1.3x slower at large T (docs/benchmarks.md, v9b). */
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 1200
 #define DSK_MLA32_MIN_BLOCKS 1
 #else
@@ -180,15 +186,26 @@ __global__ void __launch_bounds__(DSK_MLA32_THREADS, DSK_MLA32_MIN_BLOCKS) spars
     __syncthreads(); /* B1: stage i landed; every warp is done with stage i - 1 */
 
     /* ---- 1. convert */
+    {
+      /* all of the thread's pieces are loaded before the first conversion,
+       * so their shared-memory latencies overlap */
+      constexpr int NIT = kSub * NP8 / DSK_MLA32_THREADS;
+      uint2 v[NIT];
 #pragma unroll
-    for (int it = 0; it < kSub * NP8 / DSK_MLA32_THREADS; it++) {
-      const int pc = tid + it * DSK_MLA32_THREADS;
-      const int c = pc / NP8, o = (pc - c * NP8) * 8;
-      const uint2 v = *reinterpret_cast<const uint2 *>(raw + c * C::SREC + o);
-      uint32_t h[4];
-      e4m3x4_to_f16x2x2(v.x, h[0], h[1]);
-      e4m3x4_to_f16x2x2(v.y, h[2], h[3]);
-      *reinterpret_cast<uint4 *>(kvh + c * KHS + 2 * o) = make_uint4(h[0], h[1], h[2], h[3]);
+      for (int it = 0; it < NIT; it++) {
+        const int pc = tid + it * DSK_MLA32_THREADS;
+        const int c = pc / NP8, o = (pc - c * NP8) * 8;
+        v[it] = *reinterpret_cast<const uint2 *>(raw + c * C::SREC + o);
+      }
+#pragma unroll
+      for (int it = 0; it < NIT; it++) {
+        const int pc = tid + it * DSK_MLA32_THREADS;
+        const int c = pc / NP8, o = (pc - c * NP8) * 8;
+        uint32_t h[4];
+        e4m3x4_to_f16x2x2(v[it].x, h[0], h[1]);
+        e4m3x4_to_f16x2x2(v[it].y, h[2], h[3]);
+        *reinterpret_cast<uint4 *>(kvh + c * KHS + 2 * o) = make_uint4(h[0], h[1], h[2], h[3]);
+      }
     }
     {
       const int c = tid >> 3, o = (tid & 7) * 16;
@@ -253,8 +270,12 @@ __global__ void __launch_bounds__(DSK_MLA32_THREADS, DSK_MLA32_MIN_BLOCKS) spars
       mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
       mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
       mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 4));
-      const float mn = fmaxf(m_run, mx);
-      const float al = mn == kNegInf ? 1.f : fast_exp2(m_run - mn);
+      /* lazy maximum: the running maximum moves only when the stage's
+       * maximum exceeds it by more than kLazyLog2, so most stages keep
+       * alpha = 1 for all 32 heads and PV skips the rescale; the weights
+       * stay <= 2^kLazyLog2 (f16 A operand: far from overflow) */
+      const float mn = mx > m_run + kLazyLog2 ? mx : m_run;
+      const float al = mn == m_run ? 1.f : fast_exp2(m_run - mn);
       m_run = mn;
       const float e0 = x.x == kNegInf ? 0.f : fast_exp2(x.x - mn);
       const float e1 = x.y == kNegInf ? 0.f : fast_exp2(x.y - mn);
