@@ -314,7 +314,7 @@ static void test_keys_and_tactics(dsk_ctx *ctx) {
   int ok = n == 6 && memcmp(&t[0], &h, sizeof h) == 0;
   int seen[40] = {0};
   for (int i = 0; i < n; i++) {
-    ok = ok && t[i].v[0] >= 1 && t[i].v[0] <= 8 && !seen[t[i].v[0]] && t[i].v[1] == 16;
+    ok = ok && t[i].v[0] >= 1 && t[i].v[0] <= 8 && !seen[t[i].v[0]] && t[i].v[1] == 32; /* H 32: the 32-head kernel */
     if (t[i].v[0] >= 1 && t[i].v[0] < 40) seen[t[i].v[0]] = 1;
   }
   for (int i = 2; ok && i < n; i++) ok = t[i].v[0] > t[i - 1].v[0] || i == 1;

@@ -289,8 +289,8 @@ static void test_plan(dsk_ctx *ctx) {
   TU_CHECK_OK(&counts, dsk_sparse_mla_decode_plan(ctx, &d, &pi));
   TU_CHECK(&counts, pi.tactic.op == DSK_OP_SPARSE_MLA_DECODE && pi.tactic.version == DSK_SPARSE_MLA_TACTIC_VERSION,
            "plan tactic op %d version %d", (int)pi.tactic.op, (int)pi.tactic.version);
-  /* the heuristic takes the 16-head CTA (the 32-head one only when forced) */
-  TU_CHECK(&counts, pi.tactic.v[1] == 16 && pi.tactic.v[2] == 0 && pi.tactic.v[5] == 0, "plan tactic v1 %d",
+  /* the heuristic takes the 32-head CTA for H > 16 (here 64) */
+  TU_CHECK(&counts, pi.tactic.v[1] == 32 && pi.tactic.v[2] == 0 && pi.tactic.v[5] == 0, "plan tactic v1 %d",
            (int)pi.tactic.v[1]);
   TU_CHECK(&counts, pi.tactic.v[0] >= 1 && pi.tactic.v[0] <= 10, "plan tactic v0 %d", (int)pi.tactic.v[0]);
   TU_CHECK(&counts, pi.tactic_source == DSK_TACTIC_HEURISTIC, "plan source %d", pi.tactic_source);
@@ -324,6 +324,9 @@ static void test_plan(dsk_ctx *ctx) {
     memset(&d.tactic, 0, sizeof d.tactic);
     TU_CHECK_OK(&counts, dsk_sparse_mla_decode_plan(ctx, &d, &pi));
     TU_CHECK(&counts, pi.tactic.v[1] == 16, "H 16: heuristic heads per CTA %d", (int)pi.tactic.v[1]);
+    d.H = 20; /* 17..31: one 32-head CTA (two 16-head tiles either way) */
+    TU_CHECK_OK(&counts, dsk_sparse_mla_decode_plan(ctx, &d, &pi));
+    TU_CHECK(&counts, pi.tactic.v[1] == 32, "H 20: heuristic heads per CTA %d", (int)pi.tactic.v[1]);
     d.H = H0;
   }
 
@@ -372,20 +375,25 @@ static void test_heuristic(void) {
     int64_t T, H, w0, w1;
     int want;
   } cases[] = {
-      {132, 1, 64, 128, 512, 1},   /* all <= 1 wave: fill it most: cpb 1 (40/132) */
-      {132, 16, 64, 128, 512, 8},  /* 6 and 8 both 128/132 waves: tie -> larger */
+      {132, 1, 64, 128, 512, 1},   /* all <= 1 wave: fill it most: cpb 1 (20/132) */
+      {132, 16, 64, 128, 512, 3},  /* 32 heads per CTA: hg 2, see below */
       {4, 1, 16, 768, 0, 3},       /* waves 3.0 (cpb 1) and 1.0 (cpb 3) exact: tie -> 3 */
       {4, 20, 128, 2048, 0, 32},   /* none <= 3 waves: the largest */
-      {188, 4, 128, 128, 1024, 4}, /* 4*8*splits: cpb 4 -> 96, 6 -> 64, 3 -> 128 ... */
+      {188, 4, 128, 128, 1024, 2}, /* hg 4, see below */
       {1, 1, 1, 1, 0, 1},          /* one chunk: the only value */
-      {8, 3, 17, 65, 0, 1},        /* chunks 2: cpb 1 -> 12/8 waves (gap .5), 2 -> 6/8 (gap .25): 2? */
+      {8, 3, 17, 65, 0, 1},        /* H 17: one 32-head group, see below */
+      {132, 64, 16, 128, 512, 8},  /* 16 heads per CTA: cpb 6 and 8 both 128/132 waves: tie -> larger */
   };
-  /* expected values checked by hand:
-   * {188,4,128,128,1024}: chunks 18, hg 8, num = 32*splits, den 188:
-   *   cpb 1:576 (>564, no) 2:288 gap 88; 3:192 gap 184; 4:160 gap 28; 6:96 gap 92; 8:96 gap 92;
-   *   12:64 gap 124; 16:64 gap 124; 18:32 gap 156 -> 4.
-   * {8,3,17,65}: chunks 2, hg 2, num = 6*splits, den 8: cpb 1: 12, gap 4; cpb 2: 6, gap 2 -> 2. */
-  cases[6].want = 2;
+  /* expected values checked by hand (heads per CTA 32 for H > 16, so
+   * hg = ceil(H / 32); cpu-ref: 1 CTA per "SM", den = SMs):
+   * {132,16,64,128,512}: chunks 10, hg 2, num = 32*splits: cpb 1:320 gap 76; 2:160 gap 104;
+   *   3:128 gap 4; 4:96 gap 36; 6:64 gap 68; 8:64 gap 68; 10:32 gap 100 -> 3.
+   * {188,4,128,128,1024}: chunks 18, hg 4, num = 16*splits, den 188:
+   *   cpb 1:288 gap 88; 2:144 gap 44; 3:96 gap 92; 4:80 gap 108; 6:48 gap 140; 8:48; 12:32 gap 156;
+   *   16:32; 18:16 gap 172 -> 2.
+   * {8,3,17,65}: chunks 2, hg 1, num = 3*splits, den 8: cpb 1: 6, gap 2; cpb 2: 3, gap 5 -> 1.
+   * {132,64,16,128,512}: hg 1, num = 64*splits: cpb 1:640 (> 396, no); 2:320 gap 76; 3:256 gap 8;
+   *   4:192 gap 72; 6:128 gap 4; 8:128 gap 4; 10:64 gap 68 -> 8 (tie with 6 -> larger). */
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     dsk_ctx_opts o;
     dsk_ctx_opts_init(&o);

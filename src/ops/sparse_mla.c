@@ -242,14 +242,12 @@ static int tactic_is_zero(const dsk_tactic *t) {
 }
 
 /* Heads per CTA (tactic v[1]) of the heuristic and of the tuner's tactic
- * set: 16. The 32-head kernel (v[1] = 32, H > 16; redesigned in v9,
- * docs/design.md) is valid when forced; neither the heuristic nor the tuner
- * picks it until it has passed the GPU harness and been timed against the
- * 16-head kernel (docs/benchmarks.md, v9). */
-static int32_t dsk__sparse_mla_heads_per_cta(const dsk_sparse_mla_desc *d) {
-  (void)d;
-  return 16;
-}
+ * set: 32 when H > 16, else 16. The 32-head kernel (v9, docs/design.md) was
+ * 1.0-1.5x faster than two 16-head CTAs on every H 32/64/128 row of the
+ * H200 bench (docs/benchmarks.md, 2026-12-01 A/B) but one (GLM-5.1 T 1,
+ * +0.7 us). Both kernels pay for whole 16-head tiles, so H 17..31 costs them
+ * what H 32 does. */
+static int32_t dsk__sparse_mla_heads_per_cta(const dsk_sparse_mla_desc *d) { return d->H > 16 ? 32 : 16; }
 
 /* Is v1 a valid heads-per-CTA value for the shape? 16 always; 32 when
  * H > 16. */

@@ -1,9 +1,9 @@
 /* sparse_mla_decode.cu - the launcher of the portable sparse MLA decode
  * kernels (ACCURATE mode) and their combine kernel, shared by cuda-sm90 and
  * cuda-sm120. Tactic v[1] (heads per CTA) picks the kernel: 16 = the kernel
- * described below (sparse_mla_k16.cuh, the default), 32 = the 32-head kernel
- * of sparse_mla_k32.cuh (forced only until it is timed on a GPU; docs/design.md,
- * "The 32-head decode kernel").
+ * described below (sparse_mla_k16.cuh; the heuristic's for H <= 16), 32 = the
+ * 32-head kernel of sparse_mla_k32.cuh (the heuristic's for H > 16;
+ * docs/design.md, "The 32-head decode kernel").
  *
  * Only instructions that exist on sm_90 and sm_120 are used: mma.sync
  * (f16 and bf16 m16n8k16, fp32 accumulation), cp.async, cvt e4m3x2->f16x2.
