@@ -56,8 +56,10 @@ int main(void) {
     TU_CHECK(&c, b32 <= DSK_SM120_SMEM_LIMIT, "format %d, 32 heads: %ld B > %d", f, b32, DSK_SM120_SMEM_LIMIT);
     TU_CHECK(&c, DSK_MLA32_OFF_RAW(f) % 16 == 0 && DSK_MLA32_OFF_KVH(f) % 16 == 0 && DSK_MLA32_OFF_SC(f) % 16 == 0 &&
                      DSK_MLA32_OFF_PS(f) % 16 == 0 && DSK_MLA32_OFF_ALPHA(f) % 16 == 0 &&
-                     DSK_MLA32_OFF_VALID(f) % 16 == 0,
+                     DSK_MLA32_OFF_VALID(f) % 16 == 0 && DSK_MLA32_OFF_QR(f) % 16 == 0,
              "format %d, 32 heads: misaligned region", f);
+    TU_CHECK(&c, DSK_MLA32_QR_STRIDE % 128 == 16 && DSK_MLA32_QR_STRIDE >= 128, "32 heads: Q rope row stride %d",
+             DSK_MLA32_QR_STRIDE);
     /* ldmatrix rows of Q and of the f16 records hit distinct banks */
     TU_CHECK(&c, DSK_MLA32_KVH_STRIDE(f) % 128 == 16 && DSK_MLA32_QN_STRIDE(f) % 128 == 16,
              "format %d, 32 heads: row strides %d / %d", f, DSK_MLA32_KVH_STRIDE(f), DSK_MLA32_QN_STRIDE(f));
@@ -71,7 +73,10 @@ int main(void) {
                      DSK_MLA32_OFF_KVH(f) - DSK_MLA32_OFF_RAW(f) == DSK_MLA_SUB * DSK_MLA_SREC(f) &&
                      DSK_MLA32_OFF_SC(f) - DSK_MLA32_OFF_KVH(f) == DSK_MLA_SUB * DSK_MLA32_KVH_STRIDE(f) &&
                      DSK_MLA32_OFF_PS(f) - DSK_MLA32_OFF_SC(f) == DSK_MLA32_NT(f) * DSK_MLA_SUB * 4 &&
-                     DSK_MLA32_OFF_ALPHA(f) - DSK_MLA32_OFF_PS(f) == DSK_MLA32_HEADS * DSK_MLA32_PS_STRIDE * 4,
+                     DSK_MLA32_OFF_ALPHA(f) - DSK_MLA32_OFF_PS(f) ==
+                         DSK_MLA32_NPS(f) * DSK_MLA32_HEADS * DSK_MLA32_PS_STRIDE * 4 &&
+                     DSK_MLA32_NPS(f) == (f == 2 ? 2 : 1) &&
+                     DSK_MLA32_SMEM_BYTES(f) - DSK_MLA32_OFF_QR(f) == (f == 2 ? DSK_MLA32_HEADS * DSK_MLA32_QR_STRIDE : 0),
              "format %d, 32 heads: region sizes", f);
     printf("format %s: %ld bytes of shared memory per 32-head CTA (limit %d)\n", f == 1 ? "A656" : "B584", b32,
            DSK_SM120_SMEM_LIMIT);

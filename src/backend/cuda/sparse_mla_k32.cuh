@@ -10,12 +10,16 @@
  *     read) become KVH rows (nope f16, exact; rope bf16 copied) and the
  *     fp32 tile-scale table SC [tile][candidate]; then the next stage's
  *     copies are issued into the raw buffer, in flight during 2-4.
- *  2. QK: warp w = (head tile w & 1, candidates 8 (w >> 1) .. + 7) scores
- *     its 16 x 8 block over all Dqk dims: A = Q (nope f16 by ldmatrix from
- *     QN; rope bf16 fragments in registers), B = KVH by ldmatrix; each scale
- *     tile's partial sum is multiplied by its candidate's tile scale in fp32
- *     (exact for arbitrary Format A scales). Scores go to PS in the log2
- *     domain, invalid candidates as -inf.
+ *  2. QK, Format A: warp w = (head tile w & 1, candidates 8 (w >> 1) .. + 7)
+ *     scores its 16 x 8 block over all Dqk dims: A = Q (nope f16 by
+ *     ldmatrix from QN; rope bf16 fragments in registers), B = KVH by
+ *     ldmatrix. Format B: warp w = (head tile w & 1, candidates
+ *     16 ((w >> 1) & 1) .. + 15, dim half w >> 2: scale tiles 0-3, or tiles
+ *     4-6 and the rope dims with A from QR), so each Q fragment feeds two
+ *     MMAs; the halves' partial scores go to two PS blocks that the softmax
+ *     adds. Each scale tile's partial sum is multiplied by its candidate's
+ *     tile scale in fp32 (exact for arbitrary Format A scales). Scores go to
+ *     PS in the log2 domain, invalid candidates as -inf.
  *  3. softmax: thread (head tid / 8, candidates 4 (tid % 8) .. + 3) updates
  *     its head's running max (lazily: only when the stage's maximum
  *     exceeds it by more than kLazyLog2, a factor 2^8) and partial sum and
@@ -94,6 +98,43 @@ __device__ __forceinline__ void k32_pv(const float *ps, const float *sc, const u
   }
 }
 
+/* Phase 2 for Format B: nope scale tiles T0 .. T1 - 1 of one warp's 16 x 16
+ * block (head tile rows by qa, candidates c .. c + 15 by kb: n-tile j is
+ * candidates 8 j ..). Each A fragment (Q) feeds both n-tiles. Each tile's
+ * partial sum is multiplied by its candidate's tile scale in fp32. */
+template <int F, int T0, int T1>
+__device__ __forceinline__ void k32_qk_tiles(const uint8_t *qa, const uint8_t *kb, const float *sc, int cand,
+                                             float (&s)[2][4]) {
+  using C = Fmt<F>;
+  constexpr int KHS = DSK_MLA32_KVH_STRIDE(F);
+  constexpr int KPT = C::TILE / 16;
+#pragma unroll
+  for (int tile = T0; tile < T1; tile++) {
+    float ta[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
+#pragma unroll
+    for (int kk = 0; kk < KPT; kk += 2) {
+      const int k0 = tile * KPT + kk;
+      uint32_t a0[4], a1[4], b[4], b1[4];
+      ldmatrix_x4(a0, qa + 32 * k0);
+      ldmatrix_x4(a1, qa + 32 * (k0 + 1));
+      ldmatrix_x4(b, kb + 32 * k0);
+      ldmatrix_x4(b1, kb + 8 * KHS + 32 * k0);
+      mma_f16(ta[0], a0, b[0], b[1]);
+      mma_f16(ta[1], a0, b1[0], b1[1]);
+      mma_f16(ta[0], a1, b[2], b[3]);
+      mma_f16(ta[1], a1, b1[2], b1[3]);
+    }
+#pragma unroll
+    for (int j = 0; j < 2; j++) {
+      const float2 scl = *reinterpret_cast<const float2 *>(sc + tile * kSub + cand + 8 * j);
+      s[j][0] += ta[j][0] * scl.x;
+      s[j][1] += ta[j][1] * scl.y;
+      s[j][2] += ta[j][2] * scl.x;
+      s[j][3] += ta[j][3] * scl.y;
+    }
+  }
+}
+
 /* Two CTAs per SM on sm_90 (128 registers: the H200 has the shared memory
  * for two); one on SM120, where ~99 KB per SM holds one CTA anyway. On the
  * H200 one CTA per SM without the register cap (200-223 registers, no
@@ -124,6 +165,9 @@ __global__ void __launch_bounds__(DSK_MLA32_THREADS, DSK_MLA32_MIN_BLOCKS) spars
   float *fac = reinterpret_cast<float *>(smem + DSK_MLA32_OFF_FAC(F));
   float *qscale = reinterpret_cast<float *>(smem + DSK_MLA32_OFF_QS(F));
   int32_t *valid = reinterpret_cast<int32_t *>(smem + DSK_MLA32_OFF_VALID(F));
+  uint8_t *qrope = smem + DSK_MLA32_OFF_QR(F); /* Format B only */
+  constexpr int QRS = DSK_MLA32_QR_STRIDE;
+  constexpr int PSB = DSK_MLA32_HEADS * PST; /* fp32 per partial-score block */
 
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, q4 = lane & 3;
   const int hg = (int)(blockIdx.x % (unsigned)p.nhg);
@@ -151,20 +195,29 @@ __global__ void __launch_bounds__(DSK_MLA32_THREADS, DSK_MLA32_MIN_BLOCKS) spars
     const QRows<4> qrows = q_load<F, 4>(p, t, h0 + 4 * warp, lane);
     if (n > 0) issue(0, slot0);
     cp_async_commit();
-    q_store<F, false, 4>(qrows, lane, qn + 4 * warp * QNS, QNS, kvh + 4 * warp * KHS, KHS, qscale + 4 * warp, 0);
+    if (F == 2)
+      q_store<F, false, 4>(qrows, lane, qn + 4 * warp * QNS, QNS, qrope + 4 * warp * QRS, QRS, qscale + 4 * warp, 0);
+    else
+      q_store<F, false, 4>(qrows, lane, qn + 4 * warp * QNS, QNS, kvh + 4 * warp * KHS, KHS, qscale + 4 * warp, 0);
   }
   int32_t next_slot = load_slot(1);
   __syncthreads(); /* Q staged */
 
-  const int mt = warp & 1, nt = warp >> 1; /* QK block of this warp */
-  uint32_t qr[4][4];                       /* rope A fragments of head tile mt */
-  {
+  /* QK block of this warp. Format A: head tile mt, candidates 8 nt ..,
+   * all dims. Format B: head tile mt, candidates 16 (nt & 1) .., dim half
+   * nt >> 1 (scale tiles 0-3, or tiles 4-6 and the rope dims) */
+  const int mt = warp & 1, nt = warp >> 1;
+  const int qk_c0 = F == 2 ? 16 * (nt & 1) : 8 * nt; /* first candidate */
+  const int qk_half = F == 2 ? nt >> 1 : 0;
+  uint32_t qr[4][4]; /* Format A: rope A fragments of head tile mt */
+  if (F == 1) {
     const int row = 16 * mt + ((lane >> 3) & 1) * 8 + (lane & 7);
 #pragma unroll
     for (int k = 0; k < 4; k++) ldmatrix_x4(qr[k], kvh + row * KHS + 2 * (16 * k + (lane >> 4) * 8));
   }
   const uint8_t *qa_base = qn + (16 * mt + ((lane >> 3) & 1) * 8 + (lane & 7)) * QNS + 2 * ((lane >> 4) * 8);
-  const uint8_t *kb_base = kvh + (8 * nt + (lane & 7)) * KHS + 2 * ((lane >> 3) * 8);
+  const uint8_t *qr_base = qrope + (16 * mt + ((lane >> 3) & 1) * 8 + (lane & 7)) * QRS + 2 * ((lane >> 4) * 8);
+  const uint8_t *kb_base = kvh + (qk_c0 + (lane & 7)) * KHS + 2 * ((lane >> 3) * 8);
 
   /* ---- running state */
   const int shead = tid >> 3, sq = tid & 7; /* softmax: head row, candidate quad */
@@ -218,8 +271,50 @@ __global__ void __launch_bounds__(DSK_MLA32_THREADS, DSK_MLA32_MIN_BLOCKS) spars
     cp_async_commit();
     next_slot = load_slot(i + 2);
 
-    /* ---- 2. QK: heads 16 mt .., candidates 8 nt .. */
-    {
+    /* ---- 2. QK */
+    if (F == 2) {
+      float sb[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
+      const int cand = qk_c0 + 2 * q4;
+      if (qk_half == 0)
+        k32_qk_tiles<F, 0, 4>(qa_base, kb_base, sc, cand, sb);
+      else
+        k32_qk_tiles<F, 4, C::NT>(qa_base, kb_base, sc, cand, sb);
+      const float qs0 = qscale[16 * mt + g], qs1 = qscale[16 * mt + g + 8];
+#pragma unroll
+      for (int j = 0; j < 2; j++) {
+        sb[j][0] *= qs0;
+        sb[j][1] *= qs0;
+        sb[j][2] *= qs1;
+        sb[j][3] *= qs1;
+      }
+      if (qk_half == 1) { /* the rope dims: bf16, A from QR */
+#pragma unroll
+        for (int kk = 0; kk < 4; kk += 2) {
+          uint32_t a0[4], a1[4], b[4], b1[4];
+          ldmatrix_x4(a0, qr_base + 32 * kk);
+          ldmatrix_x4(a1, qr_base + 32 * (kk + 1));
+          ldmatrix_x4(b, kb_base + 2 * C::NOPE + 32 * kk);
+          ldmatrix_x4(b1, kb_base + 8 * KHS + 2 * C::NOPE + 32 * kk);
+          mma_bf16(sb[0], a0, b[0], b[1]);
+          mma_bf16(sb[1], a0, b1[0], b1[1]);
+          mma_bf16(sb[0], a1, b[2], b[3]);
+          mma_bf16(sb[1], a1, b1[2], b1[3]);
+        }
+      }
+      /* partial block qk_half; an invalid candidate: -inf in block 0, 0 in
+       * block 1, so the softmax's sum is -inf */
+      const float inv_val = qk_half == 0 ? kNegInf : 0.f;
+#pragma unroll
+      for (int j = 0; j < 2; j++) {
+        const int c0 = cand + 8 * j;
+        const bool v0 = valid[vb + c0] != 0, v1 = valid[vb + c0 + 1] != 0;
+        float *r0 = ps + qk_half * PSB + (16 * mt + g) * PST + c0;
+        *reinterpret_cast<float2 *>(r0) =
+            make_float2(v0 ? sb[j][0] * p.scale_log2 : inv_val, v1 ? sb[j][1] * p.scale_log2 : inv_val);
+        *reinterpret_cast<float2 *>(r0 + 8 * PST) =
+            make_float2(v0 ? sb[j][2] * p.scale_log2 : inv_val, v1 ? sb[j][3] * p.scale_log2 : inv_val);
+      }
+    } else {
       float s[4] = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll
       for (int tile = 0; tile < C::NT; tile++) {
@@ -265,7 +360,11 @@ __global__ void __launch_bounds__(DSK_MLA32_THREADS, DSK_MLA32_MIN_BLOCKS) spars
     /* ---- 3. softmax of head `shead`, candidates 4 sq .. 4 sq + 3 */
     {
       float *row = ps + shead * PST + 4 * sq;
-      const float4 x = *reinterpret_cast<const float4 *>(row);
+      float4 x = *reinterpret_cast<const float4 *>(row);
+      if (F == 2) { /* the two dim halves' partial scores */
+        const float4 x1 = *reinterpret_cast<const float4 *>(row + PSB);
+        x = make_float4(x.x + x1.x, x.y + x1.y, x.z + x1.z, x.w + x1.w);
+      }
       float mx = fmaxf(fmaxf(x.x, x.y), fmaxf(x.z, x.w));
       mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
       mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));

@@ -58,8 +58,10 @@
  * Regions: QN (Q nope f16, pre-scaled per head), RAW, KVH, SC (fp32 tile
  * scales [NT][SUB]), PS (scores, then probabilities, fp32 [32][PS_STRIDE]),
  * ALPHA (per-head rescale of the stage), FAC (per-head output factor),
- * QS (per-head Q pre-scale), VALID ([2][SUB] int32). Q's rope rows are
- * staged in KVH before the first stage and then live in registers. */
+ * QS (per-head Q pre-scale), VALID ([2][SUB] int32). Format A: Q's rope
+ * rows are staged in KVH before the first stage and then live in
+ * registers. Format B: QK is split over two dim halves, so PS holds two
+ * partial-score blocks (NPS = 2), and Q's rope rows stay in QR (bf16). */
 #define DSK_MLA32_HEADS 32
 #define DSK_MLA32_WARPS 8
 #define DSK_MLA32_THREADS (32 * DSK_MLA32_WARPS)
@@ -74,10 +76,13 @@
 #define DSK_MLA32_OFF_KVH(f) (DSK_MLA32_OFF_RAW(f) + DSK_MLA_SUB * DSK_MLA_SREC(f))
 #define DSK_MLA32_OFF_SC(f) (DSK_MLA32_OFF_KVH(f) + DSK_MLA_SUB * DSK_MLA32_KVH_STRIDE(f))
 #define DSK_MLA32_OFF_PS(f) (DSK_MLA32_OFF_SC(f) + DSK_MLA32_NT(f) * DSK_MLA_SUB * 4)
-#define DSK_MLA32_OFF_ALPHA(f) (DSK_MLA32_OFF_PS(f) + DSK_MLA32_HEADS * DSK_MLA32_PS_STRIDE * 4)
+#define DSK_MLA32_NPS(f) ((f) == 2 ? 2 : 1) /* partial-score blocks in PS */
+#define DSK_MLA32_QR_STRIDE 144              /* bytes per Q rope row (64 bf16 + 16) */
+#define DSK_MLA32_OFF_ALPHA(f) (DSK_MLA32_OFF_PS(f) + DSK_MLA32_NPS(f) * DSK_MLA32_HEADS * DSK_MLA32_PS_STRIDE * 4)
 #define DSK_MLA32_OFF_FAC(f) (DSK_MLA32_OFF_ALPHA(f) + DSK_MLA32_HEADS * 4)
 #define DSK_MLA32_OFF_QS(f) (DSK_MLA32_OFF_FAC(f) + DSK_MLA32_HEADS * 4)
 #define DSK_MLA32_OFF_VALID(f) (DSK_MLA32_OFF_QS(f) + DSK_MLA32_HEADS * 4)
-#define DSK_MLA32_SMEM_BYTES(f) (DSK_MLA32_OFF_VALID(f) + 2 * DSK_MLA_SUB * 4)
+#define DSK_MLA32_OFF_QR(f) (DSK_MLA32_OFF_VALID(f) + 2 * DSK_MLA_SUB * 4)
+#define DSK_MLA32_SMEM_BYTES(f) (DSK_MLA32_OFF_QR(f) + ((f) == 2 ? DSK_MLA32_HEADS * DSK_MLA32_QR_STRIDE : 0))
 
 #endif
