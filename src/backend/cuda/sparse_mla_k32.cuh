@@ -155,6 +155,7 @@ __global__ void __launch_bounds__(DSK_MLA32_THREADS, DSK_MLA32_MIN_BLOCKS) spars
   static_assert(DSK_MLA32_NT(F) == C::NT, "tile count");
   static_assert(kSub * NP8 % DSK_MLA32_THREADS == 0, "conversion pieces per thread");
   static_assert(kSub * C::NT <= DSK_MLA32_THREADS && kSub * 8 == DSK_MLA32_THREADS, "one piece per thread");
+  static_assert(F != 2 || (C::NT == 7 && C::TILE == 64), "Format B QK halves: scale tiles 0-3 | 4-6 + rope");
   extern __shared__ __align__(16) uint8_t smem[];
   uint8_t *qn = smem + DSK_MLA32_OFF_QN;
   uint8_t *raw = smem + DSK_MLA32_OFF_RAW(F);
