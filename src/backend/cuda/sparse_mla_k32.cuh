@@ -196,7 +196,7 @@ __global__ void __launch_bounds__(DSK_MLA32_THREADS, DSK_MLA32_MIN_BLOCKS) spars
     const QRows<4> qrows = q_load<F, 4>(p, t, h0 + 4 * warp, lane);
     if (n > 0) issue(0, slot0);
     cp_async_commit();
-    if (F == 2)
+    if constexpr (F == 2)
       q_store<F, false, 4>(qrows, lane, qn + 4 * warp * QNS, QNS, qrope + 4 * warp * QRS, QRS, qscale + 4 * warp, 0);
     else
       q_store<F, false, 4>(qrows, lane, qn + 4 * warp * QNS, QNS, kvh + 4 * warp * KHS, KHS, qscale + 4 * warp, 0);
@@ -211,7 +211,7 @@ __global__ void __launch_bounds__(DSK_MLA32_THREADS, DSK_MLA32_MIN_BLOCKS) spars
   const int qk_c0 = F == 2 ? 16 * (nt & 1) : 8 * nt; /* first candidate */
   const int qk_half = F == 2 ? nt >> 1 : 0;
   uint32_t qr[4][4]; /* Format A: rope A fragments of head tile mt */
-  if (F == 1) {
+  if constexpr (F == 1) {
     const int row = 16 * mt + ((lane >> 3) & 1) * 8 + (lane & 7);
 #pragma unroll
     for (int k = 0; k < 4; k++) ldmatrix_x4(qr[k], kvh + row * KHS + 2 * (16 * k + (lane >> 4) * 8));
@@ -273,7 +273,7 @@ __global__ void __launch_bounds__(DSK_MLA32_THREADS, DSK_MLA32_MIN_BLOCKS) spars
     next_slot = load_slot(i + 2);
 
     /* ---- 2. QK */
-    if (F == 2) {
+    if constexpr (F == 2) {
       float sb[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
       const int cand = qk_c0 + 2 * q4;
       if (qk_half == 0)
@@ -362,7 +362,7 @@ __global__ void __launch_bounds__(DSK_MLA32_THREADS, DSK_MLA32_MIN_BLOCKS) spars
     {
       float *row = ps + shead * PST + 4 * sq;
       float4 x = *reinterpret_cast<const float4 *>(row);
-      if (F == 2) { /* the two dim halves' partial scores */
+      if constexpr (F == 2) { /* the two dim halves' partial scores */
         const float4 x1 = *reinterpret_cast<const float4 *>(row + PSB);
         x = make_float4(x.x + x1.x, x.y + x1.y, x.z + x1.z, x.w + x1.w);
       }

@@ -5,11 +5,13 @@
  * so the emulation runs exactly the configuration a GPU would. Included
  * inside the launcher's anonymous namespace, after sparse_mla_common.cuh. */
 
-int chunk_count(const dsk_sparse_mla_desc *d) {
-  int64_t c = (d->seg[0].width + DSK_MLA_CHUNK - 1) / DSK_MLA_CHUNK;
-  if (d->nseg > 1) c += (d->seg[1].width + DSK_MLA_CHUNK - 1) / DSK_MLA_CHUNK;
-  return (int)c;
+int seg_chunks(const dsk_sparse_mla_desc *d, int s) {
+  return s < d->nseg ? (int)((d->seg[s].width + DSK_MLA_CHUNK - 1) / DSK_MLA_CHUNK) : 0;
 }
+int chunk_count(const dsk_sparse_mla_desc *d) { return seg_chunks(d, 0) + seg_chunks(d, 1); }
+
+/* Heads per CTA of the tactic: 16 or 32 (v[1], validated by src/ops). */
+int tactic_heads(const dsk_tactic *tc) { return tc->v[1] == DSK_MLA32_HEADS ? DSK_MLA32_HEADS : DSK_MLA_HEADS; }
 
 /* 32-candidate stages per split. Tactic v[0] (cpb) gives 2 * cpb; at cpb 1,
  * when even twice the splits leave the grid within one CTA per SM (a
@@ -21,7 +23,7 @@ int stages_per_split(int64_t sm_count, const dsk_sparse_mla_desc *d, const dsk_t
   const int ch = chunk_count(d);
   int cpb = tc->v[0] > 0 ? tc->v[0] : 1;
   if (cpb > ch) cpb = ch;
-  const int hpc = tc->v[1] == DSK_MLA32_HEADS ? DSK_MLA32_HEADS : DSK_MLA_HEADS;
+  const int hpc = tactic_heads(tc);
   const int64_t nhg = (d->H + hpc - 1) / hpc;
   int spb = 2 * cpb;
   if (cpb == 1 && d->T * nhg * 2 * (int64_t)ch <= sm_count) spb = 1;
@@ -75,11 +77,11 @@ LaunchPlan launch_plan(const dsk_sparse_mla_desc *d, const dsk_tactic *tc, int64
   p.lse = d->lse;
   p.lse_st = d->lse_stride_t;
   p.lse_sh = d->lse_stride_h;
-  p.nch0 = (int)((d->seg[0].width + DSK_MLA_CHUNK - 1) / DSK_MLA_CHUNK);
+  p.nch0 = seg_chunks(d, 0);
   p.nch = chunk_count(d);
   p.spb = stages_per_split(sm_count, d, tc, &p.splits);
-  lp.wide = tc->v[1] == DSK_MLA32_HEADS; /* heads per CTA: 16 or 32 (validated by src/ops) */
-  const int hpc = lp.wide ? DSK_MLA32_HEADS : kHeads;
+  const int hpc = tactic_heads(tc);
+  lp.wide = hpc == DSK_MLA32_HEADS;
   p.nhg = (int)((d->H + hpc - 1) / hpc);
   p.counters = (unsigned long long *)d->counters;
   if (p.splits > 1) {
