@@ -25,6 +25,7 @@ __attribute__((aligned(16))) uint8_t smem[160 * 1024];
 #include "backend/cuda/sparse_mla_common.cuh"
 #include "backend/cuda/sparse_mla_k16.cuh"
 #include "backend/cuda/sparse_mla_k32.cuh"
+#include "backend/cuda/sparse_mla_k32f8.cuh"
 #include "backend/cuda/sparse_mla_combine.cuh"
 #include "backend/cuda/sparse_mla_plan.cuh"
 }  // namespace
@@ -58,6 +59,7 @@ struct Case {
   SegCfg seg[2];
   bool sink;
   int cpb, hpc; /* tactic */
+  bool fast;    /* precision FAST on a backend that runs it with e4m3 MMAs (cuda-sm120) */
 };
 
 struct SegData {
@@ -226,7 +228,8 @@ Ran run_kernels(const Case &k, const dsk_sparse_mla_desc &d, int64_t sm_count) {
   memset(&tc, 0, sizeof tc);
   tc.v[0] = k.cpb;
   tc.v[1] = k.hpc;
-  LaunchPlan lp = launch_plan<F>(&d, &tc, sm_count);
+  LaunchPlan lp = launch_plan<F>(&d, &tc, sm_count, k.fast);
+  EXPECT(lp.fp8 == (k.fast && k.hpc == 32), "%s: the FAST kernel %s", k.name, lp.fp8 ? "ran" : "did not run");
   Params &p = lp.p;
   EXPECT(lp.smem <= (int)sizeof smem, "smem %d", lp.smem);
   /* the workspace is poisoned (0xFF) as the GPU tests do */
@@ -236,7 +239,9 @@ Ran run_kernels(const Case &k, const dsk_sparse_mla_desc &d, int64_t sm_count) {
     p.part_lse = p.part_o + d.T * d.H * p.splits * 512;
   }
   const unsigned gx = (unsigned)lp.blocks_x, gy = (unsigned)p.splits;
-  if (lp.wide)
+  if (lp.fp8)
+    emu::launch(gx, gy, DSK_MLA32_THREADS, smem, lp.smem, [&] { sparse_mla_k32f8_kernel<F>(p); });
+  else if (lp.wide)
     emu::launch(gx, gy, DSK_MLA32_THREADS, smem, lp.smem, [&] { sparse_mla_k32_kernel<F>(p); });
   else if (lp.w8)
     emu::launch(gx, gy, kThreads8, smem, lp.smem, [&] { sparse_mla_kernel<F, DSK_MLA_WARPS8>(p); });
@@ -304,6 +309,7 @@ bool run_case(dsk_ctx *cpu, const Case &k, uint64_t seed) {
   d.lse_stride_t = k.H;
   d.lse_stride_h = 1;
   d.counters = counters;
+  d.precision = k.fast ? DSK_PRECISION_FAST : DSK_PRECISION_ACCURATE;
   const int64_t sm_count = 132; /* the H200's */
   const Ran ran = k.fmt == DSK_KV_FORMAT_A656 ? run_kernels<1>(k, d, sm_count) : run_kernels<2>(k, d, sm_count);
 
@@ -335,6 +341,7 @@ bool run_case(dsk_ctx *cpu, const Case &k, uint64_t seed) {
       if (!std::isfinite(gl)) bad++;
     }
   const double rel = den > 0 ? sqrt(num / den) : 0;
+  if (getenv("EMU_DEBUG")) for (int h = 0; h < 4; h++) fprintf(stderr, "t1 h%d lse %g ref %g out0 %g ref0 %g\n", h, lse[k.H + h], ref_lse[k.H + h], emu::bf16_to_f32(out[((size_t)k.H + h) * osh]), ref[((size_t)k.H + h) * 512]);
   /* expected counters: out-of-range slots at k < L, clamped lens */
   int64_t ecnt[2] = {0, 0};
   for (int si = 0; si < k.nseg; si++)
@@ -350,9 +357,9 @@ bool run_case(dsk_ctx *cpu, const Case &k, uint64_t seed) {
     }
   const bool ok = rel <= 4e-3 && lse_abs <= 1e-3 && max_abs <= 2e-2 * max_ref && bad == 0 && gaps == 0 &&
                   counters[0] == ecnt[0] && counters[1] == ecnt[1];
-  printf("emu sparse_mla %-34s hpc %d cpb %d: %d warps, %d splits, combine %d: rel_l2 %.2e lse_abs %.2e max_abs %.2e bad %lld gaps %lld "
+  printf("emu sparse_mla %-34s %s hpc %d cpb %d: %d warps, %d splits, combine %d: rel_l2 %.2e lse_abs %.2e max_abs %.2e bad %lld gaps %lld "
          "counters %lld/%lld (want %lld/%lld) %s\n",
-         k.name, k.hpc, k.cpb, ran.warps, ran.splits, ran.combine, rel, lse_abs, max_abs, (long long)bad, (long long)gaps,
+         k.name, k.fast ? "FAST" : "ACC ", k.hpc, k.cpb, ran.warps, ran.splits, ran.combine, rel, lse_abs, max_abs, (long long)bad, (long long)gaps,
          (long long)counters[0], (long long)counters[1], (long long)ecnt[0], (long long)ecnt[1], ok ? "pass" : "FAIL");
   fflush(stdout);
   EXPECT(ok, "%s (hpc %d, cpb %d)", k.name, k.hpc, k.cpb);
@@ -390,6 +397,18 @@ int main() {
       /* grids of more than one wave on 132 SMs: the 4-warp 16-head kernel and the two-pass combine */
       {"B multi-wave w 70, T 45, H 48", B, 45, 48, 1, {{64, 70, 4, false}, {0, 0, 0, false}}, true, 1, 16},
       {"B multi-wave w 70, T 45, H 48", B, 45, 48, 1, {{64, 70, 4, false}, {0, 0, 0, false}}, true, 1, 32},
+      /* the FAST kernel (e4m3 MMAs on the raw bytes, Q and P in two passes),
+       * held to the ACCURATE bound: the design meets it (spec §7), and the
+       * FAST bound alone would not catch a lost lo pass */
+      {"B swa64x70 + c128a2x45, H40", B, 3, 40, 2, {{64, 70, 3, true}, {2, 45, 40, false}}, true, 1, 32, true},
+      {"B swa64x70 + c128a2x45, H40", B, 3, 40, 2, {{64, 70, 3, true}, {2, 45, 40, false}}, true, 3, 32, true},
+      {"B one segment pbs 64 w 33, H 17", B, 2, 17, 1, {{64, 33, 2, false}, {0, 0, 0, false}}, false, 2, 32, true},
+      {"A pbs 24 w 150 lens, H 20", A, 2, 20, 1, {{24, 150, 12, true}, {0, 0, 0, false}}, false, 1, 32, true},
+      {"A pbs 24 w 150 lens, H 20", A, 2, 20, 1, {{24, 150, 12, true}, {0, 0, 0, false}}, false, 3, 32, true},
+      {"A pbs 64 w 64 sink, H 64", A, 1, 64, 1, {{64, 64, 2, false}, {0, 0, 0, false}}, true, 1, 32, true},
+      {"B DSv4-Flash swa128 + c4a512, H 64", B, 1, 64, 2, {{64, 128, 4, false}, {64, 512, 12, false}}, true, 1, 32, true},
+      /* FAST with 16 heads per CTA runs the ACCURATE 16-head kernel */
+      {"A pbs 24 w 150 lens, H 20", A, 2, 20, 1, {{24, 150, 12, true}, {0, 0, 0, false}}, false, 3, 16, true},
   };
   uint64_t seed = 1;
   int passed = 0, failed = 0;

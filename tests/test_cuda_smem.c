@@ -80,6 +80,29 @@ int main(void) {
              "format %d, 32 heads: region sizes", f);
     printf("format %s: %ld bytes of shared memory per 32-head CTA (limit %d)\n", f == 1 ? "A656" : "B584", b32,
            DSK_SM120_SMEM_LIMIT);
+    /* the FAST form of the 32-head kernel: Q hi / lo e4m3 rows, Q rope rows,
+     * two raw stage buffers, two partial-score blocks, per-head rows */
+    const long f8 = DSK_MLA32F8_SMEM_BYTES(f);
+    TU_CHECK(&c, f8 <= DSK_SM120_SMEM_LIMIT, "format %d, FAST: %ld B > %d", f, f8, DSK_SM120_SMEM_LIMIT);
+    TU_CHECK(&c, DSK_MLA32F8_OFF_QL(f) % 16 == 0 && DSK_MLA32F8_OFF_QR(f) % 16 == 0 && DSK_MLA32F8_OFF_RAW(f) % 16 == 0 &&
+                     DSK_MLA32F8_OFF_PS(f) % 16 == 0 && DSK_MLA32F8_OFF_ALPHA(f) % 16 == 0 &&
+                     DSK_MLA32F8_OFF_VALID(f) % 16 == 0,
+             "format %d, FAST: misaligned region", f);
+    /* ldmatrix rows of Q and of the raw records hit distinct banks: each
+     * stride an odd multiple of 16 bytes (then 8 rows cover the 8 16-byte
+     * bank groups); a Q row holds the nope bytes */
+    TU_CHECK(&c, DSK_MLA32F8_Q_STRIDE(f) % 32 == 16 && DSK_MLA_SREC(f) % 32 == 16 &&
+                     DSK_MLA32F8_Q_STRIDE(f) >= DSK_MLA_NOPE(f),
+             "format %d, FAST: row strides %d / %d", f, DSK_MLA32F8_Q_STRIDE(f), DSK_MLA_SREC(f));
+    TU_CHECK(&c, DSK_MLA32F8_OFF_QL(f) - DSK_MLA32F8_OFF_QH == DSK_MLA32_HEADS * DSK_MLA32F8_Q_STRIDE(f) &&
+                     DSK_MLA32F8_OFF_QR(f) - DSK_MLA32F8_OFF_QL(f) == DSK_MLA32_HEADS * DSK_MLA32F8_Q_STRIDE(f) &&
+                     DSK_MLA32F8_OFF_RAW(f) - DSK_MLA32F8_OFF_QR(f) == DSK_MLA32_HEADS * DSK_MLA32_QR_STRIDE &&
+                     DSK_MLA32F8_OFF_PS(f) - DSK_MLA32F8_OFF_RAW(f) == 2 * DSK_MLA_SUB * DSK_MLA_SREC(f) &&
+                     DSK_MLA32F8_OFF_ALPHA(f) - DSK_MLA32F8_OFF_PS(f) == 2 * DSK_MLA32_HEADS * DSK_MLA32_PS_STRIDE * 4 &&
+                     DSK_MLA32F8_SMEM_BYTES(f) - DSK_MLA32F8_OFF_VALID(f) == 2 * DSK_MLA_SUB * 4,
+             "format %d, FAST: region sizes", f);
+    printf("format %s: %ld bytes of shared memory per FAST 32-head CTA (limit %d)\n", f == 1 ? "A656" : "B584", f8,
+           DSK_SM120_SMEM_LIMIT);
   }
 #ifdef DSK_HAVE_CUDA
   TU_CHECK(&c, dsk__cuda_sparse_mla_smem_bytes(DSK_KV_FORMAT_A656, 16) == DSK_MLA_SMEM_BYTES_W(1, DSK_MLA_WARPS8),
@@ -88,6 +111,9 @@ int main(void) {
            "B mismatch (the 16-head kernel reports its larger, 8-warp configuration)");
   TU_CHECK(&c, dsk__cuda_sparse_mla_smem_bytes(DSK_KV_FORMAT_A656, 32) == DSK_MLA32_SMEM_BYTES(1), "A32 mismatch");
   TU_CHECK(&c, dsk__cuda_sparse_mla_smem_bytes(DSK_KV_FORMAT_B584, 32) == DSK_MLA32_SMEM_BYTES(2), "B32 mismatch");
+  TU_CHECK(&c, dsk__cuda_sparse_mla_fast_smem_bytes(DSK_KV_FORMAT_A656) == DSK_MLA32F8_SMEM_BYTES(1), "A FAST mismatch");
+  TU_CHECK(&c, dsk__cuda_sparse_mla_fast_smem_bytes(DSK_KV_FORMAT_B584) == DSK_MLA32F8_SMEM_BYTES(2), "B FAST mismatch");
+  TU_CHECK(&c, dsk__cuda_sparse_mla_fast_smem_bytes(DSK_KV_FORMAT_IDXK132) == 0, "indexer format has no FAST kernel");
   TU_CHECK(&c, dsk__cuda_sparse_mla_smem_bytes(DSK_KV_FORMAT_A656, 8) == 0, "8 heads per CTA has no kernel");
   TU_CHECK(&c, dsk__cuda_sparse_mla_smem_bytes(DSK_KV_FORMAT_IDXK132, 16) == 0, "indexer format has no decode kernel");
   {

@@ -27,7 +27,7 @@ static const char *const k_usage =
 static const char *const k_usage_mla =
     "usage: dsk bench sparse-mla [--device D] [--backend B] [--reps N] [--warm]\n"
     "                            [--model NAME] [--max-t N] [--t N] [--heads N] [--hpc N]\n"
-    "                            [--mma-tflops X] [--quick] [--seed N]\n"
+    "                            [--fast] [--mma-tflops X] [--quick] [--seed N]\n"
     "\n"
     "Times dsk_sparse_mla_decode (every kernel of the call: split + combine) on\n"
     "DSv4-Flash (H 64/32/16/8; SWA 128 + C4A 512, SWA 128 + C128A 256 and 1024),\n"
@@ -54,6 +54,9 @@ static const char *const k_usage_mla =
     "  --heads N        only head count N\n"
     "  --hpc N          force heads per CTA N (16 or 32; 32 skips H <= 16) with the\n"
     "                   heuristic's chunks per CTA for it (default: the plan's tactic)\n"
+    "  --fast           precision FAST (default ACCURATE): with DSK_TEST_AS_SM120=1 the\n"
+    "                   cuda-sm120 32-head tactic runs the e4m3 kernel; elsewhere FAST\n"
+    "                   runs the ACCURATE kernels\n"
     "  --mma-tflops X   MMA ceiling for floor_us (default 640: bf16 mma.sync on H200)\n"
     "  --quick          small pools (tests)\n"
     "  --seed N         random seed (default 7)\n"
@@ -195,7 +198,7 @@ typedef enum bench_kind { BENCH_MLA, BENCH_MHC, BENCH_IDX, BENCH_MOE } bench_kin
 /* Options of every benchmark; each one reads its own. */
 typedef struct bench_args {
   const char *device, *backend, *model, *op;
-  int reps, warm, quick, max_T, only_T, only_H, hpc, splits, per_req, context;
+  int reps, warm, quick, fast, max_T, only_T, only_H, hpc, splits, per_req, context;
   double mma_tflops;
   uint64_t seed;
 } bench_args;
@@ -205,7 +208,7 @@ static int opt_of(bench_kind k, const char *a, const char *usage, int *rc) {
   static const struct {
     const char *name;
     unsigned mask; /* 1 mla, 2 mhc, 4 indexer, 8 moe */
-  } k_only[] = {{"--heads", 1}, {"--hpc", 1}, {"--mma-tflops", 1}, {"--splits", 2}, {"--op", 14}, {"--per-req", 4}, {"--context", 4}};
+  } k_only[] = {{"--heads", 1}, {"--hpc", 1}, {"--fast", 1}, {"--mma-tflops", 1}, {"--splits", 2}, {"--op", 14}, {"--per-req", 4}, {"--context", 4}};
   static const char *const names[] = {"sparse-mla", "mhc", "indexer", "moe"};
   for (size_t i = 0; i < sizeof k_only / sizeof k_only[0]; i++) {
     const size_t n = strlen(k_only[i].name);
@@ -255,6 +258,8 @@ int dsk_cmd_bench(int argc, char **argv) {
       b.warm = 1;
     } else if (strcmp(a, "--quick") == 0) {
       b.quick = 1;
+    } else if (strcmp(a, "--fast") == 0) {
+      b.fast = 1;
     } else if ((r = dsk_cli_opt_value(argc, argv, &i, "--device", &v)) != 0) {
       if (r < 0) return dsk_cli_usage_error("bench", usage, "--device needs a value");
       b.device = v;
@@ -318,6 +323,7 @@ int dsk_cmd_bench(int argc, char **argv) {
     o.only_T = b.only_T;
     o.only_H = b.only_H;
     o.hpc = b.hpc;
+    o.fast = b.fast;
     o.model = b.model;
     o.mma_tflops = b.mma_tflops;
     o.seed = b.seed;

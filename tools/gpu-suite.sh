@@ -34,11 +34,17 @@ for what in "${@:-all}"; do
       run check_sm120 env DSK_TEST_AS_SM120=1 "$B/dsk" check --device cuda:0 ;;&
     sanitize|all)
       run memcheck compute-sanitizer --tool memcheck --error-exitcode 9 "$B/dsk" check --device cuda:0 --quick
-      run racecheck compute-sanitizer --tool racecheck --error-exitcode 9 "$B/dsk" check --device cuda:0 --quick --only sparse_mla ;;&
+      run racecheck compute-sanitizer --tool racecheck --error-exitcode 9 "$B/dsk" check --device cuda:0 --quick --only sparse_mla
+      # the cuda-sm120 table: its FAST calls run the e4m3 32-head kernel
+      run memcheck_sm120 env DSK_TEST_AS_SM120=1 compute-sanitizer --tool memcheck --error-exitcode 9 "$B/dsk" check \
+        --device cuda:0 --quick --only sparse_mla
+      run racecheck_sm120 env DSK_TEST_AS_SM120=1 compute-sanitizer --tool racecheck --error-exitcode 9 "$B/dsk" check \
+        --device cuda:0 --quick --only sparse_mla ;;&
     demo|all)
       run demo "$B/dsk" demo --device cuda:0 ;;&
     bench|all)
       run bench "$B/dsk" bench sparse-mla --device cuda:0
+      run bench_fast_sm120 env DSK_TEST_AS_SM120=1 "$B/dsk" bench sparse-mla --device cuda:0 --fast --t 128
       run bench_mhc "$B/dsk" bench mhc --device cuda:0
       run bench_indexer "$B/dsk" bench indexer --device cuda:0
       run bench_moe "$B/dsk" bench moe --device cuda:0 ;;&

@@ -23,6 +23,8 @@
 #include <string.h>
 #include <ucontext.h>
 
+#include "format/format.h" /* dsk_fmt_e4m3_from_f32: the cvt ... e4m3x2 rounding */
+
 #include <functional>
 #include <vector>
 
@@ -358,6 +360,49 @@ inline void mma_impl(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_
   for (int e = 0; e < 4; e++) c[e] = out[e];
 }
 inline void mma_f16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) { mma_impl(c, a, b0, b1, false); }
+
+/* mma.sync m16n8k32 e4m3 row.col, fp32 accumulate: the byte views of the
+ * m16n8k16 fragments (A row r, k: lane 4 (r & 7) + (k & 15) / 4, register
+ * (r >= 8) + 2 (k >= 16), byte k & 3; B k, n: lane 4 n + (k & 15) / 4,
+ * register b0 / b1 by k >= 16, byte k & 3). Products are exact in fp64;
+ * the sum is rounded once to fp32 (the hardware's internal accumulation
+ * order and precision may differ by fp32 rounding). */
+inline void mma_fp8(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  emu::State &s = emu::st();
+  uint32_t *x = s.xch[s.cur];
+  for (int i = 0; i < 4; i++) x[i] = a[i];
+  x[4] = b0;
+  x[5] = b1;
+  emu::warp_barrier();
+  const int l = emu::lane(), b = emu::wbase(), g = l >> 2, q = l & 3;
+  auto byte = [](uint32_t w, int k) -> float { return emu::e4m3_to_f32((uint8_t)(w >> (8 * (k & 3)))); };
+  auto A = [&](int r, int k) -> float {
+    return byte(s.xch[b + 4 * (r & 7) + (k & 15) / 4][(r >= 8 ? 1 : 0) + (k >= 16 ? 2 : 0)], k);
+  };
+  auto B = [&](int k, int n) -> float { return byte(s.xch[b + 4 * n + (k & 15) / 4][4 + (k >= 16)], k); };
+  float out[4];
+  for (int e = 0; e < 4; e++) {
+    const int r = g + 8 * (e >> 1), n = 2 * q + (e & 1);
+    double acc = c[e];
+    for (int k = 0; k < 32; k++) acc += (double)A(r, k) * (double)B(k, n);
+    out[e] = (float)acc;
+  }
+  emu::warp_barrier();
+  for (int e = 0; e < 4; e++) c[e] = out[e];
+}
+/* f16x2 -> e4m3x2 (round to nearest even, satfinite), in the low 16 bits */
+inline uint32_t f16x2_to_e4m3x2(uint32_t h) {
+  return (uint32_t)dsk_fmt_e4m3_from_f32(emu::f16_to_f32((uint16_t)(h & 0xffff))) |
+         ((uint32_t)dsk_fmt_e4m3_from_f32(emu::f16_to_f32((uint16_t)(h >> 16))) << 8);
+}
+/* f16x2 a - b: the difference is exact in fp64, then rounded to f16 through
+ * fp32 (exact whenever the f16 result is: the kernels subtract a value's
+ * own e4m3 rounding) */
+inline uint32_t hsub2_u32(uint32_t a, uint32_t b) {
+  auto h = [](uint32_t w, int i) -> double { return emu::f16_to_f32((uint16_t)(i ? w >> 16 : w & 0xffff)); };
+  return (uint32_t)emu::f32_to_f16((float)(h(a, 0) - h(b, 0))) |
+         ((uint32_t)emu::f32_to_f16((float)(h(a, 1) - h(b, 1))) << 16);
+}
 inline void mma_bf16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) { mma_impl(c, a, b0, b1, true); }
 
 inline uint32_t pack_bf16(float lo, float hi) {

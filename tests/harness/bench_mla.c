@@ -139,6 +139,7 @@ int dsk_bench_sparse_mla(dsk_ctx *ctx, const dsk_bench_mla_opts *o, FILE *out) {
   double copy_gbps = 0;
   if (dsk__bench_preamble(ctx, &info, "sparse-mla", 0, o->warm, out, &copy_gbps) != 0) return 1;
   const double mma_tflops = o->mma_tflops > 0 ? o->mma_tflops : 640.0;
+  fprintf(out, "# precision %s\n", o->fast ? "FAST" : "ACCURATE");
   fprintf(out, "model,layer,fmt,T,H,w0,w1,pbs1,cpb,hpc,splits,median_us,tflops,gbps,pct_copy_bw,floor_us,x_floor,valid\n");
 
   /* One pool per format, >= 4x L2 (at least 256 MiB). */
@@ -207,6 +208,7 @@ int dsk_bench_sparse_mla(dsk_ctx *ctx, const dsk_bench_mla_opts *o, FILE *out) {
         d->out_stride_t = (int64_t)H * 512;
         d->lse_stride_h = 1;
         d->lse_stride_t = H;
+        d->precision = o->fast ? DSK_PRECISION_FAST : DSK_PRECISION_ACCURATE;
         dsk_status st = DSK_STATUS_OK;
         if (!st) st = dsk_mem_alloc(ctx, &dq, sizeof(dsk_bf16) * (size_t)T * H * dqk);
         if (!st) st = dsk_mem_alloc(ctx, &ds0, sizeof(int32_t) * T * mc->w0);

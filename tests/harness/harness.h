@@ -74,6 +74,7 @@ typedef struct dsk_bench_mla_opts {
   int max_T;           /* skip T above this; 0 = all */
   int only_T, only_H;  /* run only this T / H; 0 = all */
   int hpc;             /* heads per CTA (tactic v[1]) forced with the heuristic's cpb for it; 0 = the plan's */
+  int fast;            /* 1 = precision FAST */
   const char *model;   /* substring filter on the model name, or NULL */
   double mma_tflops;   /* MMA ceiling for the floor column; 0 = 640 (H200 bf16 mma.sync) */
   uint64_t seed;

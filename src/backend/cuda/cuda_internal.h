@@ -61,6 +61,8 @@ dsk_status dsk__cuda_sparse_mla_setup(dsk_cuda_state *st);
  * or 32; host-computable, from the kernel's own constants; 0 for an unknown
  * format or head count). */
 int64_t dsk__cuda_sparse_mla_smem_bytes(dsk_kv_format f, int heads_per_cta);
+/* the FAST form of the 32-head kernel (cuda-sm120) */
+int64_t dsk__cuda_sparse_mla_fast_smem_bytes(dsk_kv_format f);
 /* mhc.cu (the same kernels for cuda-sm90 and cuda-sm120) */
 dsk_status dsk__cuda_mhc_prenorm(dsk_ctx *ctx, const dsk_mhc_prenorm_desc *d, const dsk_tactic *t);
 dsk_status dsk__cuda_mhc_pre(dsk_ctx *ctx, const dsk_mhc_pre_desc *d, const dsk_tactic *t);

@@ -1,6 +1,7 @@
 /* ptx.cuh - the small PTX wrappers the portable kernels share. Every
  * instruction here exists on both sm_90 and sm_120 (cp.async, ldmatrix,
- * mma.sync f16/bf16 m16n8k16, cvt e4m3x2 -> f16x2, ex2.approx, griddepcontrol):
+ * mma.sync f16/bf16 m16n8k16 and e4m3 m16n8k32, cvt between e4m3x2 and
+ * f16x2, ex2.approx, griddepcontrol):
  * see the portability rule in spec/sparse-decode.md §9. Host-side tests
  * replace this file with an emulation of the same functions
  * (tests/emu/cuda_emu.h). */
@@ -81,6 +82,34 @@ __device__ __forceinline__ void mma_bf16(float (&c)[4], const uint32_t (&a)[4], 
       "{%0,%1,%2,%3};\n"
       : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+/* d += A(16x32 e4m3) . B(32x8 e4m3), fp32. The fragments are the byte
+ * views of the m16n8k16 ones: lane (g, q) holds A rows g (a0, a2) and g+8
+ * (a1, a3), k 4q..4q+3 (a0, a1) and 16+4q.. (a2, a3), lowest k in the lowest
+ * byte; B column g, k 4q.. (b0) and 16+4q.. (b1); D as m16n8k16. Native on
+ * sm_89 and sm_120; sm_90's ptxas expands it into f16 MMAs and conversions
+ * (docs/design.md, "FAST"). */
+__device__ __forceinline__ void mma_fp8(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+/* f16x2 -> two e4m3 in the low 16 bits (low half -> low byte), round to
+ * nearest even, saturating to +-448 (NaN stays NaN) */
+__device__ __forceinline__ uint32_t f16x2_to_e4m3x2(uint32_t h) {
+  uint32_t r;
+  asm("{\n .reg .b16 t;\n cvt.rn.satfinite.e4m3x2.f16x2 t, %1;\n cvt.u32.u16 %0, t;\n}\n" : "=r"(r) : "r"(h));
+  return r;
+}
+/* a - b on f16x2 pairs, round to nearest even */
+__device__ __forceinline__ uint32_t hsub2_u32(uint32_t a, uint32_t b) {
+  uint32_t r;
+  asm("sub.rn.f16x2 %0, %1, %2;\n" : "=r"(r) : "r"(a), "r"(b));
+  return r;
 }
 
 /* fp32 -> bf16, round to nearest even: a pair (lo in the low half) and one */

@@ -194,6 +194,20 @@ __device__ __forceinline__ QRows<NR> q_load(const Params &p, int64_t t, int h_fi
   }
   return q;
 }
+/* The largest |q| over the nope dims of one staged row (the warp's 32
+ * lanes together), and 0 for an all-zero row; a NaN is not seen (fmaxf
+ * drops it), an inf is. */
+__device__ __forceinline__ float q_row_absmax(const uint4 (&qv)[2]) {
+  float mx = 0.f;
+#pragma unroll
+  for (int k = 0; k < 2; k++) {
+    const uint32_t w[4] = {qv[k].x, qv[k].y, qv[k].z, qv[k].w};
+#pragma unroll
+    for (int e = 0; e < 4; e++)
+      mx = fmaxf(mx, fmaxf(fabsf(bf16_bits_to_f32(w[e] & 0xffff)), fabsf(bf16_bits_to_f32(w[e] >> 16))));
+  }
+  return warp_max(mx);
+}
 template <int F, bool IL, int NR>
 __device__ __forceinline__ void q_store(const QRows<NR> &q, int lane, uint8_t *nope, int nope_bytes, uint8_t *rope,
                                         int rope_bytes, float *qscale, int il_row0) {
@@ -202,15 +216,7 @@ __device__ __forceinline__ void q_store(const QRows<NR> &q, int lane, uint8_t *n
   const uint4(&rv)[NR] = q.rv;
 #pragma unroll
   for (int r = 0; r < NR; r++) {
-    float mx = 0.f;
-#pragma unroll
-    for (int k = 0; k < 2; k++) {
-      const uint32_t w[4] = {qv[r][k].x, qv[r][k].y, qv[r][k].z, qv[r][k].w};
-#pragma unroll
-      for (int e = 0; e < 4; e++)
-        mx = fmaxf(mx, fmaxf(fabsf(bf16_bits_to_f32(w[e] & 0xffff)), fabsf(bf16_bits_to_f32(w[e] >> 16))));
-    }
-    mx = warp_max(mx);
+    const float mx = q_row_absmax(qv[r]);
     const int ex = (int)((__float_as_uint(mx) >> 23) & 0xff) - 127;
     int shift = ex - 14 > 0 ? ex - 14 : 0;
     if (shift > 125) shift = 125;

@@ -1,12 +1,17 @@
 /* sparse_mla_decode.cu - the launcher of the portable sparse MLA decode
- * kernels (ACCURATE mode) and their combine kernel, shared by cuda-sm90 and
- * cuda-sm120. Tactic v[1] (heads per CTA) picks the kernel: 16 = the kernel
- * described below (sparse_mla_k16.cuh; the heuristic's for H <= 16), 32 = the
- * 32-head kernel of sparse_mla_k32.cuh (the heuristic's for H > 16;
- * docs/design.md, "The 32-head decode kernel").
+ * kernels and their combine kernel, shared by cuda-sm90 and cuda-sm120.
+ * Tactic v[1] (heads per CTA) picks the kernel: 16 = the kernel described
+ * below (sparse_mla_k16.cuh; the heuristic's for H <= 16), 32 = the 32-head
+ * kernel of sparse_mla_k32.cuh (the heuristic's for H > 16; docs/design.md,
+ * "The 32-head decode kernel"). With precision FAST on cuda-sm120 (for now
+ * only under DSK_TEST_AS_SM120=1: see launch), 32 heads run the kernel's
+ * FAST form (sparse_mla_k32f8.cuh: e4m3 MMAs on the raw cache bytes, Q and P
+ * in two e4m3 passes); every other FAST call runs the ACCURATE kernels
+ * (spec §7 allows it).
  *
  * Only instructions that exist on sm_90 and sm_120 are used: mma.sync
- * (f16 and bf16 m16n8k16, fp32 accumulation), cp.async, cvt e4m3x2->f16x2.
+ * (f16 and bf16 m16n8k16, e4m3 m16n8k32, fp32 accumulation), ldmatrix,
+ * cp.async, cvt between e4m3x2 and f16x2.
  *
  * 16-head kernel: CTA = 4 warps (8 when the grid holds at most one CTA per SM,
  * "single wave": every CTA then runs alone on its SM, so its time is one
@@ -55,16 +60,22 @@ namespace {
 #include "sparse_mla_common.cuh"
 #include "sparse_mla_k16.cuh"
 #include "sparse_mla_k32.cuh"
+#include "sparse_mla_k32f8.cuh"
 #include "sparse_mla_combine.cuh"
 #include "sparse_mla_plan.cuh"
 
 template <int F>
 dsk_status launch(dsk_ctx *ctx, const dsk_sparse_mla_desc *d, const dsk_tactic *tc, cudaStream_t s) {
-  const LaunchPlan lp = launch_plan<F>(d, tc, ctx->info.sm_count);
+  const dsk_cuda_state *st = dsk__cuda_state(ctx);
+  /* the FAST kernel has not yet passed the GPU suite: until it has, it runs
+   * only in the validation mode (DSK_TEST_AS_SM120=1, on an H200 for
+   * correctness or on an SM120 machine to time it; docs/design.md, "The
+   * FAST 32-head kernel"), and cuda-sm120 serves FAST with ACCURATE */
+  const bool fp8_ok = st->sm120_table != 0 && ctx->env.test_as_sm120;
+  const LaunchPlan lp = launch_plan<F>(d, tc, ctx->info.sm_count, fp8_ok);
   const Params &p = lp.p;
   const int smem = lp.smem;
   const int64_t blocks_x = lp.blocks_x;
-  const dsk_cuda_state *st = dsk__cuda_state(ctx);
   if (smem > st->smem_optin)
     return dsk__fail(DSK_STATUS_UNSUPPORTED, "sparse_mla_decode: kernel needs %d B of shared memory, device allows %lld",
                      smem, (long long)st->smem_optin);
@@ -72,7 +83,9 @@ dsk_status launch(dsk_ctx *ctx, const dsk_sparse_mla_desc *d, const dsk_tactic *
     return dsk__fail(DSK_STATUS_UNSUPPORTED, "sparse_mla_decode: grid %lld x %d is too large", (long long)blocks_x,
                      p.splits);
   const dim3 grid((unsigned)blocks_x, (unsigned)p.splits);
-  if (lp.wide)
+  if (lp.fp8)
+    sparse_mla_k32f8_kernel<F><<<grid, k32Threads, smem, s>>>(p);
+  else if (lp.wide)
     sparse_mla_k32_kernel<F><<<grid, k32Threads, smem, s>>>(p);
   else if (lp.w8)
     sparse_mla_kernel<F, DSK_MLA_WARPS8><<<grid, kThreads8, smem, s>>>(p);
@@ -101,6 +114,12 @@ extern "C" int64_t dsk__cuda_sparse_mla_smem_bytes(dsk_kv_format f, int heads_pe
   /* 16 heads: the larger of its two configurations (8 warps) */
   if (f == DSK_KV_FORMAT_A656) return wide ? DSK_MLA32_SMEM_BYTES(1) : DSK_MLA_SMEM_BYTES_W(1, DSK_MLA_WARPS8);
   if (f == DSK_KV_FORMAT_B584) return wide ? DSK_MLA32_SMEM_BYTES(2) : DSK_MLA_SMEM_BYTES_W(2, DSK_MLA_WARPS8);
+  return 0;
+}
+
+extern "C" int64_t dsk__cuda_sparse_mla_fast_smem_bytes(dsk_kv_format f) {
+  if (f == DSK_KV_FORMAT_A656) return DSK_MLA32F8_SMEM_BYTES(1);
+  if (f == DSK_KV_FORMAT_B584) return DSK_MLA32F8_SMEM_BYTES(2);
   return 0;
 }
 
@@ -145,7 +164,9 @@ extern "C" dsk_status dsk__cuda_sparse_mla_setup(dsk_cuda_state *st) {
       (r = setup_kernel(st, sparse_mla_kernel<2, DSK_MLA_WARPS8>, kThreads8,
                         DSK_MLA_SMEM_BYTES_W(2, DSK_MLA_WARPS8), &unused)) ||
       (r = setup_kernel(st, sparse_mla_k32_kernel<1>, k32Threads, DSK_MLA32_SMEM_BYTES(1), &st->mla_ctas_per_sm[1][A])) ||
-      (r = setup_kernel(st, sparse_mla_k32_kernel<2>, k32Threads, DSK_MLA32_SMEM_BYTES(2), &st->mla_ctas_per_sm[1][B])))
+      (r = setup_kernel(st, sparse_mla_k32_kernel<2>, k32Threads, DSK_MLA32_SMEM_BYTES(2), &st->mla_ctas_per_sm[1][B])) ||
+      (r = setup_kernel(st, sparse_mla_k32f8_kernel<1>, k32Threads, DSK_MLA32F8_SMEM_BYTES(1), &unused)) ||
+      (r = setup_kernel(st, sparse_mla_k32f8_kernel<2>, k32Threads, DSK_MLA32F8_SMEM_BYTES(2), &unused)))
     return r;
   st->mla_ready = 1;
   return DSK_STATUS_OK;

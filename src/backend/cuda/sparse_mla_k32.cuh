@@ -39,13 +39,13 @@ constexpr int k32Threads = DSK_MLA32_THREADS;
 constexpr float kLazyLog2 = 8.f;
 
 /* Phase 4 of one stage for one warp: the two k-steps of 16 candidates.
- * ROPE: Format B's rope dims (bf16, A = P); else nope dims 64 warp .. with
- * A = P * scale_c * inv (f16). */
-template <int F, bool ROPE>
+ * ROPE: Format B's rope dims (bf16, A = P; rows of KHS bytes with the rope
+ * at byte ROFF: the f16 stage here, the raw records in the FAST kernel);
+ * else nope dims 64 warp .. with A = P * scale_c * inv (f16). */
+template <int F, bool ROPE, int KHS = DSK_MLA32_KVH_STRIDE(F), int ROFF = 2 * Fmt<F>::NOPE>
 __device__ __forceinline__ void k32_pv(const float *ps, const float *sc, const uint8_t *kvh, int vtile, float inv,
                                        int warp, int lane, float (&acc)[2][8][4]) {
   using C = Fmt<F>;
-  constexpr int KHS = DSK_MLA32_KVH_STRIDE(F);
   constexpr int PST = DSK_MLA32_PS_STRIDE;
   const int g = lane >> 2, q4 = lane & 3;
 #pragma unroll
@@ -79,7 +79,7 @@ __device__ __forceinline__ void k32_pv(const float *ps, const float *sc, const u
       }
     }
     const int cand = 16 * ks + ((lane >> 3) & 1) * 8 + (lane & 7);
-    const uint8_t *vrow = kvh + cand * KHS + (ROPE ? 2 * C::NOPE : 128 * warp) + 2 * ((lane >> 4) * 8);
+    const uint8_t *vrow = kvh + cand * KHS + (ROPE ? ROFF : 128 * warp) + 2 * ((lane >> 4) * 8);
 #pragma unroll
     for (int jj = 0; jj < 4; jj++) {
       uint32_t b[4];
@@ -135,6 +135,149 @@ __device__ __forceinline__ void k32_qk_tiles(const uint8_t *qa, const uint8_t *k
   }
 }
 
+/* Phase 3 of one stage: thread (head `shead`, candidates 4 sq .. 4 sq + 3)
+ * adds its NPS partial-score blocks, updates the head's running maximum
+ * (lazily: only when the stage's maximum exceeds it by more than LAZY, so
+ * the weights stay <= 2^LAZY) and its partial sum, writes the weights over
+ * block 0 and the head's rescale factor to ALPHA. */
+template <int NPS, int LAZY = (int)kLazyLog2>
+__device__ __forceinline__ void k32_softmax(float *ps, float *alpha, int shead, int sq, float &m_run, float &l_run) {
+  constexpr int PST = DSK_MLA32_PS_STRIDE;
+  constexpr int PSB = DSK_MLA32_HEADS * PST;
+  float *row = ps + shead * PST + 4 * sq;
+  float4 x = *reinterpret_cast<const float4 *>(row);
+  if constexpr (NPS == 2) { /* the two dim halves' partial scores */
+    const float4 x1 = *reinterpret_cast<const float4 *>(row + PSB);
+    x = make_float4(x.x + x1.x, x.y + x1.y, x.z + x1.z, x.w + x1.w);
+  }
+  float mx = fmaxf(fmaxf(x.x, x.y), fmaxf(x.z, x.w));
+  mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+  mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+  mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 4));
+  /* lazy maximum: the running maximum moves only when the stage's
+   * maximum exceeds it by more than kLazyLog2, so most stages keep
+   * alpha = 1 for all 32 heads and PV skips the rescale; the weights
+   * stay <= 2^kLazyLog2 (f16 A operand: far from overflow) */
+  const float mn = mx > m_run + (float)LAZY ? mx : m_run;
+  const float al = mn == m_run ? 1.f : fast_exp2(m_run - mn);
+  m_run = mn;
+  const float e0 = x.x == kNegInf ? 0.f : fast_exp2(x.x - mn);
+  const float e1 = x.y == kNegInf ? 0.f : fast_exp2(x.y - mn);
+  const float e2 = x.z == kNegInf ? 0.f : fast_exp2(x.z - mn);
+  const float e3 = x.w == kNegInf ? 0.f : fast_exp2(x.w - mn);
+  l_run = l_run * al + ((e0 + e1) + (e2 + e3));
+  *reinterpret_cast<float4 *>(row) = make_float4(e0, e1, e2, e3);
+  if (sq == 0) alpha[shead] = al;
+}
+
+/* Phase 4's rescale of a PV warp's accumulators (heads g, g+8, 16+g, 24+g
+ * of the thread) by the heads' ALPHA; skipped when no head of the warp's
+ * rows moved its maximum. */
+__device__ __forceinline__ void k32_rescale(const float *alpha, int g, float (&acc)[2][8][4]) {
+  const float al[4] = {alpha[g], alpha[g + 8], alpha[16 + g], alpha[24 + g]};
+  if (!__all_sync(0xffffffffu, al[0] == 1.f && al[1] == 1.f && al[2] == 1.f && al[3] == 1.f)) {
+#pragma unroll
+    for (int a = 0; a < 2; a++)
+#pragma unroll
+      for (int j = 0; j < 8; j++) {
+        acc[a][j][0] *= al[2 * a];
+        acc[a][j][1] *= al[2 * a];
+        acc[a][j][2] *= al[2 * a + 1];
+        acc[a][j][3] *= al[2 * a + 1];
+      }
+  }
+}
+
+/* The finish's first step: head `shead`'s sum over its 8 softmax threads,
+ * its lse (or the split's partial lse) and output factor (FAC; 0 for an
+ * empty row or a +inf sink). */
+__device__ __forceinline__ void k32_finish_heads(const Params &p, float l_run, float m_run, int shead, int sq, int h0,
+                                                 int64_t t, int split, float *fac) {
+  float l = l_run;
+  l += __shfl_xor_sync(0xffffffffu, l, 1);
+  l += __shfl_xor_sync(0xffffffffu, l, 2);
+  l += __shfl_xor_sync(0xffffffffu, l, 4);
+  const int h = h0 + shead;
+  if (sq == 0) {
+    const bool empty = !(l > 0.f);
+    const float lse = empty ? kNegInf : (m_run + log2f(l)) * 0.69314718055994531f;
+    float f = empty ? 0.f : 1.f / l;
+    if (h < p.H) {
+      if (p.splits == 1) {
+        if (!empty && p.sink) f *= 1.f / (1.f + expf(p.sink[h] - lse)); /* sigmoid(lse - sink) */
+        if (p.lse) p.lse[t * p.lse_st + (int64_t)h * p.lse_sh] = lse;
+      } else {
+        p.part_lse[(t * p.H + h) * p.splits + split] = lse;
+      }
+    }
+    fac[shead] = f;
+  }
+}
+
+/* Format B's (and the FAST kernel's) QK of the rope dims for one warp's
+ * 16 x 16 block: bf16 MMAs, A = Q's rope rows (qr: this lane's ldmatrix row
+ * address), B = the candidates' rope rows (kr: this lane's row address; rows
+ * of RS bytes, n-tile 1 eight rows further). */
+template <int RS>
+__device__ __forceinline__ void k32_qk_rope(const uint8_t *qr, const uint8_t *kr, float (&sb)[2][4]) {
+#pragma unroll
+  for (int kk = 0; kk < 4; kk += 2) {
+    uint32_t a0[4], a1[4], b[4], b1[4];
+    ldmatrix_x4(a0, qr + 32 * kk);
+    ldmatrix_x4(a1, qr + 32 * (kk + 1));
+    ldmatrix_x4(b, kr + 32 * kk);
+    ldmatrix_x4(b1, kr + 8 * RS + 32 * kk);
+    mma_bf16(sb[0], a0, b[0], b[1]);
+    mma_bf16(sb[1], a0, b1[0], b1[1]);
+    mma_bf16(sb[0], a1, b[2], b[3]);
+    mma_bf16(sb[1], a1, b1[2], b1[3]);
+  }
+}
+
+/* Stores one warp's 16 x 16 block of partial scores (head tile mt,
+ * candidates cand, cand + 1 and + 8 of this thread) into partial-score
+ * block `half`, in the log2 domain; an invalid candidate is -inf in block 0
+ * and 0 in block 1, so the softmax's sum is -inf. */
+__device__ __forceinline__ void k32_store_scores(float *ps, int half, int mt, int g, int cand, const int32_t *valid,
+                                                 float scale_log2, const float (&sb)[2][4]) {
+  constexpr int PST = DSK_MLA32_PS_STRIDE;
+  const float inv_val = half == 0 ? kNegInf : 0.f;
+#pragma unroll
+  for (int j = 0; j < 2; j++) {
+    const int c0 = cand + 8 * j;
+    const bool v0 = valid[c0] != 0, v1 = valid[c0 + 1] != 0;
+    float *r0 = ps + half * DSK_MLA32_HEADS * PST + (16 * mt + g) * PST + c0;
+    *reinterpret_cast<float2 *>(r0) =
+        make_float2(v0 ? sb[j][0] * scale_log2 : inv_val, v1 ? sb[j][1] * scale_log2 : inv_val);
+    *reinterpret_cast<float2 *>(r0 + 8 * PST) =
+        make_float2(v0 ? sb[j][2] * scale_log2 : inv_val, v1 ? sb[j][3] * scale_log2 : inv_val);
+  }
+}
+
+/* The finish's output of one accumulator row pair (m, rr) of a PV warp
+ * whose n-tile j holds dims 64 warp + 8 j + n (k32_pv's order): the final
+ * bf16 output, or the split's fp32 partial. f0 = the head's factor (0: write
+ * zeros), f = f0 times the warp's V-scale normalisation. */
+__device__ __forceinline__ void k32_write_ntiles(const Params &p, int64_t t, int h, int split, int warp, int q4,
+                                                 const float (&am)[8][4], int rr, float f0, float f) {
+  if (p.splits == 1) {
+    uint16_t *orow = p.out + t * p.out_st + (int64_t)h * p.out_sh + 64 * warp + 2 * q4;
+#pragma unroll
+    for (int j = 0; j < 8; j++) {
+      const float x0 = f0 == 0.f ? 0.f : am[j][2 * rr] * f;
+      const float x1 = f0 == 0.f ? 0.f : am[j][2 * rr + 1] * f;
+      *reinterpret_cast<uint32_t *>(orow + 8 * j) =
+          (uint32_t)f32_to_bf16_rne(x0) | ((uint32_t)f32_to_bf16_rne(x1) << 16);
+    }
+  } else {
+    float *po = p.part_o + ((t * p.H + h) * p.splits + split) * 512 + 64 * warp + 2 * q4;
+#pragma unroll
+    for (int j = 0; j < 8; j++)
+      *reinterpret_cast<float2 *>(po + 8 * j) =
+          make_float2(f0 == 0.f ? 0.f : am[j][2 * rr] * f, f0 == 0.f ? 0.f : am[j][2 * rr + 1] * f);
+  }
+}
+
 /* Two CTAs per SM on sm_90 (128 registers: the H200 has the shared memory
  * for two); one on SM120, where ~99 KB per SM holds one CTA anyway. On the
  * H200 one CTA per SM without the register cap (200-223 registers, no
@@ -168,7 +311,6 @@ __global__ void __launch_bounds__(DSK_MLA32_THREADS, DSK_MLA32_MIN_BLOCKS) spars
   int32_t *valid = reinterpret_cast<int32_t *>(smem + DSK_MLA32_OFF_VALID(F));
   uint8_t *qrope = smem + DSK_MLA32_OFF_QR(F); /* Format B only */
   constexpr int QRS = DSK_MLA32_QR_STRIDE;
-  constexpr int PSB = DSK_MLA32_HEADS * PST; /* fp32 per partial-score block */
 
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, q4 = lane & 3;
   const int hg = (int)(blockIdx.x % (unsigned)p.nhg);
@@ -288,33 +430,8 @@ __global__ void __launch_bounds__(DSK_MLA32_THREADS, DSK_MLA32_MIN_BLOCKS) spars
         sb[j][2] *= qs1;
         sb[j][3] *= qs1;
       }
-      if (qk_half == 1) { /* the rope dims: bf16, A from QR */
-#pragma unroll
-        for (int kk = 0; kk < 4; kk += 2) {
-          uint32_t a0[4], a1[4], b[4], b1[4];
-          ldmatrix_x4(a0, qr_base + 32 * kk);
-          ldmatrix_x4(a1, qr_base + 32 * (kk + 1));
-          ldmatrix_x4(b, kb_base + 2 * C::NOPE + 32 * kk);
-          ldmatrix_x4(b1, kb_base + 8 * KHS + 2 * C::NOPE + 32 * kk);
-          mma_bf16(sb[0], a0, b[0], b[1]);
-          mma_bf16(sb[1], a0, b1[0], b1[1]);
-          mma_bf16(sb[0], a1, b[2], b[3]);
-          mma_bf16(sb[1], a1, b1[2], b1[3]);
-        }
-      }
-      /* partial block qk_half; an invalid candidate: -inf in block 0, 0 in
-       * block 1, so the softmax's sum is -inf */
-      const float inv_val = qk_half == 0 ? kNegInf : 0.f;
-#pragma unroll
-      for (int j = 0; j < 2; j++) {
-        const int c0 = cand + 8 * j;
-        const bool v0 = valid[vb + c0] != 0, v1 = valid[vb + c0 + 1] != 0;
-        float *r0 = ps + qk_half * PSB + (16 * mt + g) * PST + c0;
-        *reinterpret_cast<float2 *>(r0) =
-            make_float2(v0 ? sb[j][0] * p.scale_log2 : inv_val, v1 ? sb[j][1] * p.scale_log2 : inv_val);
-        *reinterpret_cast<float2 *>(r0 + 8 * PST) =
-            make_float2(v0 ? sb[j][2] * p.scale_log2 : inv_val, v1 ? sb[j][3] * p.scale_log2 : inv_val);
-      }
+      if (qk_half == 1) k32_qk_rope<KHS>(qr_base, kb_base + 2 * C::NOPE, sb); /* the rope dims: bf16, A from QR */
+      k32_store_scores(ps, qk_half, mt, g, cand, valid + vb, p.scale_log2, sb);
     } else {
       float s[4] = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll
@@ -359,48 +476,12 @@ __global__ void __launch_bounds__(DSK_MLA32_THREADS, DSK_MLA32_MIN_BLOCKS) spars
     __syncthreads(); /* B3: scores ready */
 
     /* ---- 3. softmax of head `shead`, candidates 4 sq .. 4 sq + 3 */
-    {
-      float *row = ps + shead * PST + 4 * sq;
-      float4 x = *reinterpret_cast<const float4 *>(row);
-      if constexpr (F == 2) { /* the two dim halves' partial scores */
-        const float4 x1 = *reinterpret_cast<const float4 *>(row + PSB);
-        x = make_float4(x.x + x1.x, x.y + x1.y, x.z + x1.z, x.w + x1.w);
-      }
-      float mx = fmaxf(fmaxf(x.x, x.y), fmaxf(x.z, x.w));
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 4));
-      /* lazy maximum: the running maximum moves only when the stage's
-       * maximum exceeds it by more than kLazyLog2, so most stages keep
-       * alpha = 1 for all 32 heads and PV skips the rescale; the weights
-       * stay <= 2^kLazyLog2 (f16 A operand: far from overflow) */
-      const float mn = mx > m_run + kLazyLog2 ? mx : m_run;
-      const float al = mn == m_run ? 1.f : fast_exp2(m_run - mn);
-      m_run = mn;
-      const float e0 = x.x == kNegInf ? 0.f : fast_exp2(x.x - mn);
-      const float e1 = x.y == kNegInf ? 0.f : fast_exp2(x.y - mn);
-      const float e2 = x.z == kNegInf ? 0.f : fast_exp2(x.z - mn);
-      const float e3 = x.w == kNegInf ? 0.f : fast_exp2(x.w - mn);
-      l_run = l_run * al + ((e0 + e1) + (e2 + e3));
-      *reinterpret_cast<float4 *>(row) = make_float4(e0, e1, e2, e3);
-      if (sq == 0) alpha[shead] = al;
-    }
+    k32_softmax<DSK_MLA32_NPS(F)>(ps, alpha, shead, sq, m_run, l_run);
     __syncthreads(); /* B4: probabilities ready */
 
     /* ---- 4. PV: dims 64 warp .. + 63 of heads 0..31 */
     {
-      const float al[4] = {alpha[g], alpha[g + 8], alpha[16 + g], alpha[24 + g]};
-      if (!__all_sync(0xffffffffu, al[0] == 1.f && al[1] == 1.f && al[2] == 1.f && al[3] == 1.f)) {
-#pragma unroll
-        for (int a = 0; a < 2; a++)
-#pragma unroll
-          for (int j = 0; j < 8; j++) {
-            acc[a][j][0] *= al[2 * a];
-            acc[a][j][1] *= al[2 * a];
-            acc[a][j][2] *= al[2 * a + 1];
-            acc[a][j][3] *= al[2 * a + 1];
-          }
-      }
+      k32_rescale(alpha, g, acc);
       const float inv = rope_warp ? 1.f : fold_v_scale(R, sc[vtile * kSub + lane], acc);
       if (rope_warp)
         k32_pv<F, true>(ps, sc, kvh, vtile, inv, warp, lane, acc);
@@ -410,30 +491,9 @@ __global__ void __launch_bounds__(DSK_MLA32_THREADS, DSK_MLA32_MIN_BLOCKS) spars
   }
   cp_async_wait<0>();
 
-  /* ---- finish: each head's sum over its 8 softmax threads, its lse and
-   * output factor (FAC; 0 for an empty row or a +inf sink), then the PV
-   * warps write their dims */
-  {
-    float l = l_run;
-    l += __shfl_xor_sync(0xffffffffu, l, 1);
-    l += __shfl_xor_sync(0xffffffffu, l, 2);
-    l += __shfl_xor_sync(0xffffffffu, l, 4);
-    const int h = h0 + shead;
-    if (sq == 0) {
-      const bool empty = !(l > 0.f);
-      const float lse = empty ? kNegInf : (m_run + log2f(l)) * 0.69314718055994531f;
-      float f = empty ? 0.f : 1.f / l;
-      if (h < p.H) {
-        if (p.splits == 1) {
-          if (!empty && p.sink) f *= 1.f / (1.f + expf(p.sink[h] - lse)); /* sigmoid(lse - sink) */
-          if (p.lse) p.lse[t * p.lse_st + (int64_t)h * p.lse_sh] = lse;
-        } else {
-          p.part_lse[(t * p.H + h) * p.splits + split] = lse;
-        }
-      }
-      fac[shead] = f;
-    }
-  }
+  /* ---- finish: each head's lse and output factor, then the PV warps
+   * write their dims */
+  k32_finish_heads(p, l_run, m_run, shead, sq, h0, t, split, fac);
   __syncthreads();
   const float rv = rope_warp ? 1.f : R;
 #pragma unroll
@@ -443,22 +503,6 @@ __global__ void __launch_bounds__(DSK_MLA32_THREADS, DSK_MLA32_MIN_BLOCKS) spars
       const int hrow = 16 * m + g + 8 * rr, h = h0 + hrow;
       if (h >= p.H) continue;
       const float f0 = fac[hrow];
-      const float f = f0 * rv;
-      if (p.splits == 1) {
-        uint16_t *orow = p.out + t * p.out_st + (int64_t)h * p.out_sh + 64 * warp + 2 * q4;
-#pragma unroll
-        for (int j = 0; j < 8; j++) {
-          const float x0 = f0 == 0.f ? 0.f : acc[m][j][2 * rr] * f;
-          const float x1 = f0 == 0.f ? 0.f : acc[m][j][2 * rr + 1] * f;
-          *reinterpret_cast<uint32_t *>(orow + 8 * j) =
-              (uint32_t)f32_to_bf16_rne(x0) | ((uint32_t)f32_to_bf16_rne(x1) << 16);
-        }
-      } else {
-        float *po = p.part_o + ((t * p.H + h) * p.splits + split) * 512 + 64 * warp + 2 * q4;
-#pragma unroll
-        for (int j = 0; j < 8; j++)
-          *reinterpret_cast<float2 *>(po + 8 * j) = make_float2(f0 == 0.f ? 0.f : acc[m][j][2 * rr] * f,
-                                                                f0 == 0.f ? 0.f : acc[m][j][2 * rr + 1] * f);
-      }
+      k32_write_ntiles(p, t, h, split, warp, q4, acc[m], rr, f0, f0 * rv);
     }
 }

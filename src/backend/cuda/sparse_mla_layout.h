@@ -85,4 +85,24 @@
 #define DSK_MLA32_OFF_QR(f) (DSK_MLA32_OFF_VALID(f) + 2 * DSK_MLA_SUB * 4)
 #define DSK_MLA32_SMEM_BYTES(f) (DSK_MLA32_OFF_QR(f) + ((f) == 2 ? DSK_MLA32_HEADS * DSK_MLA32_QR_STRIDE : 0))
 
+/* ---- the FAST form of the 32-head kernel (sparse_mla_k32f8.cuh): the
+ * same 8 warps and 32 heads, but Q.K and P.V are e4m3 MMAs on the raw cache
+ * bytes (two passes for Q and P: hi = e4m3(x), lo = e4m3(x - hi)), so no
+ * record is converted and two raw stage buffers fit. Regions: QH, QL (Q
+ * nope hi / lo e4m3, pre-scaled per head), QR (Q rope bf16), RAW (two
+ * stage buffers of records), PS (two partial-score blocks: QK runs over two
+ * dim halves in both formats; the probabilities go to block 0), ALPHA, FAC,
+ * QS (per-head factor that undoes Q's pre-scale), VALID ([2][SUB] int32). */
+#define DSK_MLA32F8_Q_STRIDE(f) (DSK_MLA_NOPE(f) + 16) /* bytes per e4m3 Q row: an odd multiple of 16 */
+#define DSK_MLA32F8_OFF_QH 0
+#define DSK_MLA32F8_OFF_QL(f) (DSK_MLA32F8_OFF_QH + DSK_MLA32_HEADS * DSK_MLA32F8_Q_STRIDE(f))
+#define DSK_MLA32F8_OFF_QR(f) (DSK_MLA32F8_OFF_QL(f) + DSK_MLA32_HEADS * DSK_MLA32F8_Q_STRIDE(f))
+#define DSK_MLA32F8_OFF_RAW(f) (DSK_MLA32F8_OFF_QR(f) + DSK_MLA32_HEADS * DSK_MLA32_QR_STRIDE)
+#define DSK_MLA32F8_OFF_PS(f) (DSK_MLA32F8_OFF_RAW(f) + 2 * DSK_MLA_SUB * DSK_MLA_SREC(f))
+#define DSK_MLA32F8_OFF_ALPHA(f) (DSK_MLA32F8_OFF_PS(f) + 2 * DSK_MLA32_HEADS * DSK_MLA32_PS_STRIDE * 4)
+#define DSK_MLA32F8_OFF_FAC(f) (DSK_MLA32F8_OFF_ALPHA(f) + DSK_MLA32_HEADS * 4)
+#define DSK_MLA32F8_OFF_QS(f) (DSK_MLA32F8_OFF_FAC(f) + DSK_MLA32_HEADS * 4)
+#define DSK_MLA32F8_OFF_VALID(f) (DSK_MLA32F8_OFF_QS(f) + DSK_MLA32_HEADS * 4)
+#define DSK_MLA32F8_SMEM_BYTES(f) (DSK_MLA32F8_OFF_VALID(f) + 2 * DSK_MLA_SUB * 4)
+
 #endif

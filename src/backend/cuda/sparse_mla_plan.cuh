@@ -37,17 +37,21 @@ int64_t workspace_bytes(const dsk_sparse_mla_desc *d, int splits) {
 }
 
 /* One call's launch: the parameters, the split kernel (wide = 32 heads;
- * w8 = the 16-head kernel with 8 warps, for single-wave grids), its grid
- * and shared memory, and the combine form (combine_batch 0 = two-pass,
- * else the batched kernel's B). */
+ * fp8 = its FAST form; w8 = the 16-head kernel with 8 warps, for
+ * single-wave grids), its grid and shared memory, and the combine form
+ * (combine_batch 0 = two-pass, else the batched kernel's B). fp8_ok: the
+ * backend runs FAST calls with e4m3 MMAs (cuda-sm120, where they are
+ * native; sm_90 expands them into f16 MMAs, so cuda-sm90 serves FAST with
+ * the ACCURATE kernels). The split count and workspace do not depend on
+ * it. */
 struct LaunchPlan {
   Params p;
-  bool wide, w8, single_wave;
+  bool wide, fp8, w8, single_wave;
   int64_t blocks_x;
   int smem, combine_batch;
 };
 template <int F>
-LaunchPlan launch_plan(const dsk_sparse_mla_desc *d, const dsk_tactic *tc, int64_t sm_count) {
+LaunchPlan launch_plan(const dsk_sparse_mla_desc *d, const dsk_tactic *tc, int64_t sm_count, bool fp8_ok) {
   LaunchPlan lp;
   Params &p = lp.p;
   memset(&p, 0, sizeof p);
@@ -82,6 +86,7 @@ LaunchPlan launch_plan(const dsk_sparse_mla_desc *d, const dsk_tactic *tc, int64
   p.spb = stages_per_split(sm_count, d, tc, &p.splits);
   const int hpc = tactic_heads(tc);
   lp.wide = hpc == DSK_MLA32_HEADS;
+  lp.fp8 = lp.wide && fp8_ok && d->precision == DSK_PRECISION_FAST;
   p.nhg = (int)((d->H + hpc - 1) / hpc);
   p.counters = (unsigned long long *)d->counters;
   if (p.splits > 1) {
@@ -91,7 +96,10 @@ LaunchPlan launch_plan(const dsk_sparse_mla_desc *d, const dsk_tactic *tc, int64
   lp.blocks_x = d->T * p.nhg;
   lp.single_wave = lp.blocks_x * p.splits <= sm_count;
   lp.w8 = !lp.wide && lp.single_wave;
-  lp.smem = lp.wide ? DSK_MLA32_SMEM_BYTES(F) : lp.w8 ? DSK_MLA_SMEM_BYTES_W(F, DSK_MLA_WARPS8) : DSK_MLA_SMEM_BYTES(F);
+  lp.smem = lp.fp8    ? DSK_MLA32F8_SMEM_BYTES(F)
+            : lp.wide ? DSK_MLA32_SMEM_BYTES(F)
+            : lp.w8   ? DSK_MLA_SMEM_BYTES_W(F, DSK_MLA_WARPS8)
+                      : DSK_MLA_SMEM_BYTES(F);
   lp.combine_batch = !lp.single_wave ? 0 : p.splits <= 2 ? 2 : p.splits <= 4 ? 4 : 8;
   return lp;
 }
