@@ -4,7 +4,8 @@
  * ACCURATE bound. Runs in CI, where there is no GPU: it proves fragment
  * layouts, shared-memory indexing, masking, softmax, the V-scale fold, the
  * split/combine path and the finish of every kernel variant (16 heads with
- * 4 and 8 warps, 32 heads), not speed or races. The validated 16-head
+ * 4 and 8 warps, 32 heads, and the 32-head FAST kernel with its e4m3 MMAs,
+ * held to the ACCURATE bound too), not speed or races. The validated 16-head
  * kernels double as the check of the emulator itself.
  *
  * Data: random bf16 latent/rope with per-tile magnitudes 2^u (u in
@@ -60,6 +61,8 @@ struct Case {
   bool sink;
   int cpb, hpc; /* tactic */
   bool fast;    /* precision FAST on a backend that runs it with e4m3 MMAs (cuda-sm120) */
+  double qsig = 1.0;  /* q ~ N(0, qsig^2) (spec §7: 0.25, 1, 2) */
+  bool pow2 = false;  /* Format A scales by the POW2 rule (else RAW) */
 };
 
 struct SegData {
@@ -81,7 +84,8 @@ int64_t g_fail = 0;
 
 /* A pool of `pages` pages in shuffled order with a padded stride; `valid`
  * gets the written slots. */
-void make_pool(dsk_ctx *cpu, dsk_kv_format f, const SegCfg &c, Rng &rng, SegData &sd, std::vector<int32_t> &written) {
+void make_pool(dsk_ctx *cpu, dsk_kv_format f, const SegCfg &c, bool pow2, Rng &rng, SegData &sd,
+               std::vector<int32_t> &written) {
   const int64_t stride = (dsk_kv_canonical_page_stride(f, c.pbs) + 16 + 15) / 16 * 16;
   sd.pool.assign((size_t)(stride * c.pages), 0xFF);
   sd.cache = dsk_kv_cache{sd.pool.data(), c.pbs, stride, c.pages};
@@ -112,7 +116,7 @@ void make_pool(dsk_ctx *cpu, dsk_kv_format f, const SegCfg &c, Rng &rng, SegData
   w.rope_stride = 64;
   w.slot_mapping = written.data();
   w.cache = sd.cache;
-  w.scale_rule = DSK_SCALE_RAW;
+  w.scale_rule = pow2 ? DSK_SCALE_POW2 : DSK_SCALE_RAW;
   const dsk_status s = dsk_kv_write(cpu, &w);
   EXPECT(s == DSK_STATUS_OK, "kv_write: %s", dsk_last_error());
 }
@@ -270,11 +274,11 @@ bool run_case(dsk_ctx *cpu, const Case &k, uint64_t seed) {
   SegData sd[2];
   for (int si = 0; si < k.nseg; si++) {
     std::vector<int32_t> written;
-    make_pool(cpu, k.fmt, k.seg[si], rng, sd[si], written);
+    make_pool(cpu, k.fmt, k.seg[si], k.pow2, rng, sd[si], written);
     make_slots(k, si, rng, written, sd[si]);
   }
   std::vector<uint16_t> q((size_t)k.T * k.H * dqk);
-  for (auto &x : q) x = emu::f32_to_bf16((float)rng.normal());
+  for (auto &x : q) x = emu::f32_to_bf16((float)(rng.normal() * k.qsig));
   std::vector<float> sink(k.H);
   for (int h = 0; h < k.H; h++) sink[h] = h == 3 ? INFINITY : h == 5 ? -INFINITY : (float)rng.normal();
 
@@ -357,9 +361,10 @@ bool run_case(dsk_ctx *cpu, const Case &k, uint64_t seed) {
     }
   const bool ok = rel <= 4e-3 && lse_abs <= 1e-3 && max_abs <= 2e-2 * max_ref && bad == 0 && gaps == 0 &&
                   counters[0] == ecnt[0] && counters[1] == ecnt[1];
-  printf("emu sparse_mla %-34s %s hpc %d cpb %d: %d warps, %d splits, combine %d: rel_l2 %.2e lse_abs %.2e max_abs %.2e bad %lld gaps %lld "
+  printf("emu sparse_mla %-34s %s q %.2f %s hpc %d cpb %d: %d warps, %d splits, combine %d: rel_l2 %.2e lse_abs %.2e max_abs %.2e bad %lld gaps %lld "
          "counters %lld/%lld (want %lld/%lld) %s\n",
-         k.name, k.fast ? "FAST" : "ACC ", k.hpc, k.cpb, ran.warps, ran.splits, ran.combine, rel, lse_abs, max_abs, (long long)bad, (long long)gaps,
+         k.name, k.fast ? "FAST" : "ACC ", k.qsig, k.fmt == DSK_KV_FORMAT_A656 ? (k.pow2 ? "POW2" : "RAW ") : "UE8M0", k.hpc,
+         k.cpb, ran.warps, ran.splits, ran.combine, rel, lse_abs, max_abs, (long long)bad, (long long)gaps,
          (long long)counters[0], (long long)counters[1], (long long)ecnt[0], (long long)ecnt[1], ok ? "pass" : "FAIL");
   fflush(stdout);
   EXPECT(ok, "%s (hpc %d, cpb %d)", k.name, k.hpc, k.cpb);
@@ -407,6 +412,13 @@ int main() {
       {"A pbs 24 w 150 lens, H 20", A, 2, 20, 1, {{24, 150, 12, true}, {0, 0, 0, false}}, false, 3, 32, true},
       {"A pbs 64 w 64 sink, H 64", A, 1, 64, 1, {{64, 64, 2, false}, {0, 0, 0, false}}, true, 1, 32, true},
       {"B DSv4-Flash swa128 + c4a512, H 64", B, 1, 64, 2, {{64, 128, 4, false}, {64, 512, 12, false}}, true, 1, 32, true},
+      /* the spec's other q spreads and Format A's POW2 scales */
+      {"B swa64x70 + c128a2x45, H40", B, 3, 40, 2, {{64, 70, 3, true}, {2, 45, 40, false}}, true, 1, 32, true, 0.25},
+      {"B swa64x70 + c128a2x45, H40", B, 3, 40, 2, {{64, 70, 3, true}, {2, 45, 40, false}}, true, 1, 32, true, 2.0},
+      {"A pbs 24 w 150 lens, H 20", A, 2, 20, 1, {{24, 150, 12, true}, {0, 0, 0, false}}, false, 3, 32, true, 2.0, true},
+      {"A pbs 64 w 64 sink, H 64", A, 1, 64, 1, {{64, 64, 2, false}, {0, 0, 0, false}}, true, 1, 32, true, 0.25, true},
+      /* a long accumulation chain: top-2048 in one split (64 stages) */
+      {"A top-2048 one split, H 32", A, 1, 32, 1, {{64, 2048, 40, false}, {0, 0, 0, false}}, false, 32, 32, true},
       /* FAST with 16 heads per CTA runs the ACCURATE 16-head kernel */
       {"A pbs 24 w 150 lens, H 20", A, 2, 20, 1, {{24, 150, 12, true}, {0, 0, 0, false}}, false, 3, 16, true},
   };

@@ -189,6 +189,20 @@ inline uint16_t f32_to_bf16(float f) {
   if ((x & 0x7fffffff) > 0x7f800000) return (uint16_t)((x >> 16) | 0x40);
   return (uint16_t)((x + 0x7fff + ((x >> 16) & 1)) >> 16);
 }
+/* The precision of the fp32 accumulator of the e4m3 MMA (mma_fp8): the
+ * PTX ISA does not state it, and DeepSeek reported about 14 mantissa bits
+ * for Hopper's fp8 wgmma. DSK_EMU_FP8_ACC_BITS=n (1..23) truncates every e4m3
+ * MMA's result to n mantissa bits (toward zero), a pessimistic model, so a
+ * kernel can be checked against it; unset = full fp32. */
+inline float fp8_acc_round(float x) {
+  static const int bits = [] {
+    const char *v = getenv("DSK_EMU_FP8_ACC_BITS");
+    const int b = v ? atoi(v) : 23;
+    return b >= 1 && b <= 23 ? b : 23;
+  }();
+  if (bits == 23) return x;
+  return bits_f32(f32_bits(x) & ~((1u << (23 - bits)) - 1u));
+}
 inline float e4m3_to_f32(uint8_t v) {
   const int s = v >> 7, e = (v >> 3) & 0xf, m = v & 7;
   float r;
@@ -385,7 +399,7 @@ inline void mma_fp8(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t
     const int r = g + 8 * (e >> 1), n = 2 * q + (e & 1);
     double acc = c[e];
     for (int k = 0; k < 32; k++) acc += (double)A(r, k) * (double)B(k, n);
-    out[e] = (float)acc;
+    out[e] = emu::fp8_acc_round((float)acc);
   }
   emu::warp_barrier();
   for (int e = 0; e < 4; e++) c[e] = out[e];
