@@ -2,7 +2,7 @@
 # GPU suite: build with CUDA, then the backend-vs-reference harness on the
 # GPU (both backend tables), compute-sanitizer, the demo, the benchmarks
 # and the warmup timing. Logs go to $OUT (or /tmp/dsk-gpu). Usage:
-#   tools/gpu-suite.sh [build|check|sanitize|demo|bench|tune|all]...
+#   tools/gpu-suite.sh [build|check|sanitize|demo|bench|tune|all|ab-halves]...
 set -uo pipefail
 OUT=${OUT:-/tmp/dsk-gpu}
 mkdir -p "$OUT"
@@ -48,6 +48,20 @@ for what in "${@:-all}"; do
       run bench_mhc "$B/dsk" bench mhc --device cuda:0
       run bench_indexer "$B/dsk" bench indexer --device cuda:0
       run bench_moe "$B/dsk" bench moe --device cuda:0 ;;&
+    ab-halves)
+      # not part of `all`: Format A's 32-head kernel with QK over dim halves
+      # (-DDSK_MLA32_A_HALVES=1, sm_90 only) against the default build: its
+      # check, then the Format A rows of both builds alternated twice
+      run cmake_ah cmake -S . -B "$B-ah" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES="$ARCHS" \
+        -DCMAKE_CUDA_FLAGS=-DDSK_MLA32_A_HALVES=1 ${DSK_CMAKE_FLAGS:-} || exit 1
+      run build_ah cmake --build "$B-ah" -j "$(nproc)" || exit 1
+      run check_ah "$B-ah/dsk" check --device cuda:0 --only sparse_mla
+      for i in 1 2; do
+        for m in glm-5.1 dsv3.2; do
+          run "bench_base_${m}_$i" "$B/dsk" bench sparse-mla --device cuda:0 --model "$m"
+          run "bench_ah_${m}_$i" "$B-ah/dsk" bench sparse-mla --device cuda:0 --model "$m"
+        done
+      done ;;&
     tune|all)
       # issue 4's warmup goals: DSv4-Flash TP 2 from an empty cache, then
       # with the cache it wrote (wall clock of the whole process)

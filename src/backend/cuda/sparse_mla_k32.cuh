@@ -17,7 +17,9 @@
  *     16 ((w >> 1) & 1) .. + 15, dim half w >> 2: scale tiles 0-3, or tiles
  *     4-6 and the rope dims with A from QR), so each Q fragment feeds two
  *     MMAs; the halves' partial scores go to two PS blocks that the softmax
- *     adds. Each scale tile's partial sum is multiplied by its candidate's
+ *     adds. Format A takes the same halves (tiles 0-1 | 2-3 + rope) in the
+ *     sm_90-only variant QKH (DSK_MLA32_A_HALVES, off by default until
+ *     timed: its 9.7 KB more shared memory do not fit SM120). Each scale tile's partial sum is multiplied by its candidate's
  *     tile scale in fp32 (exact for arbitrary Format A scales). Scores go to
  *     PS in the log2 domain, invalid candidates as -inf.
  *  3. softmax: thread (head tid / 8, candidates 4 (tid % 8) .. + 3) updates
@@ -287,7 +289,9 @@ __device__ __forceinline__ void k32_write_ntiles(const Params &p, int64_t t, int
 #else
 #define DSK_MLA32_MIN_BLOCKS 2
 #endif
-template <int F>
+/* QKH: QK over two dim halves (always for Format B; for Format A the
+ * sm_90-only variant, see DSK_MLA32_A_HALVES in sparse_mla_plan.cuh). */
+template <int F, bool QKH = (F == 2)>
 __global__ void __launch_bounds__(DSK_MLA32_THREADS, DSK_MLA32_MIN_BLOCKS) sparse_mla_k32_kernel(const Params p) {
   using C = Fmt<F>;
   constexpr int QNS = DSK_MLA32_QN_STRIDE(F);  /* bytes */
@@ -298,18 +302,20 @@ __global__ void __launch_bounds__(DSK_MLA32_THREADS, DSK_MLA32_MIN_BLOCKS) spars
   static_assert(DSK_MLA32_NT(F) == C::NT, "tile count");
   static_assert(kSub * NP8 % DSK_MLA32_THREADS == 0, "conversion pieces per thread");
   static_assert(kSub * C::NT <= DSK_MLA32_THREADS && kSub * 8 == DSK_MLA32_THREADS, "one piece per thread");
-  static_assert(F != 2 || (C::NT == 7 && C::TILE == 64), "Format B QK halves: scale tiles 0-3 | 4-6 + rope");
+  static_assert(F != 2 || (QKH && C::NT == 7 && C::TILE == 64), "Format B QK halves: scale tiles 0-3 | 4-6 + rope");
+  static_assert(F != 1 || (C::NT == 4 && C::TILE == 128), "Format A QK halves: scale tiles 0-1 | 2-3 + rope");
+  constexpr int NT0 = F == 1 ? 2 : 4; /* scale tiles of dim half 0 */
   extern __shared__ __align__(16) uint8_t smem[];
   uint8_t *qn = smem + DSK_MLA32_OFF_QN;
   uint8_t *raw = smem + DSK_MLA32_OFF_RAW(F);
   uint8_t *kvh = smem + DSK_MLA32_OFF_KVH(F);
   float *sc = reinterpret_cast<float *>(smem + DSK_MLA32_OFF_SC(F));
   float *ps = reinterpret_cast<float *>(smem + DSK_MLA32_OFF_PS(F));
-  float *alpha = reinterpret_cast<float *>(smem + DSK_MLA32_OFF_ALPHA(F));
-  float *fac = reinterpret_cast<float *>(smem + DSK_MLA32_OFF_FAC(F));
-  float *qscale = reinterpret_cast<float *>(smem + DSK_MLA32_OFF_QS(F));
-  int32_t *valid = reinterpret_cast<int32_t *>(smem + DSK_MLA32_OFF_VALID(F));
-  uint8_t *qrope = smem + DSK_MLA32_OFF_QR(F); /* Format B only */
+  float *alpha = reinterpret_cast<float *>(smem + DSK_MLA32_OFF_ALPHA_H(F, QKH));
+  float *fac = reinterpret_cast<float *>(smem + DSK_MLA32_OFF_FAC_H(F, QKH));
+  float *qscale = reinterpret_cast<float *>(smem + DSK_MLA32_OFF_QS_H(F, QKH));
+  int32_t *valid = reinterpret_cast<int32_t *>(smem + DSK_MLA32_OFF_VALID_H(F, QKH));
+  uint8_t *qrope = smem + DSK_MLA32_OFF_QR_H(F, QKH); /* with the QK halves only */
   constexpr int QRS = DSK_MLA32_QR_STRIDE;
 
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, q4 = lane & 3;
@@ -338,7 +344,7 @@ __global__ void __launch_bounds__(DSK_MLA32_THREADS, DSK_MLA32_MIN_BLOCKS) spars
     const QRows<4> qrows = q_load<F, 4>(p, t, h0 + 4 * warp, lane);
     if (n > 0) issue(0, slot0);
     cp_async_commit();
-    if constexpr (F == 2)
+    if constexpr (QKH)
       q_store<F, false, 4>(qrows, lane, qn + 4 * warp * QNS, QNS, qrope + 4 * warp * QRS, QRS, qscale + 4 * warp, 0);
     else
       q_store<F, false, 4>(qrows, lane, qn + 4 * warp * QNS, QNS, kvh + 4 * warp * KHS, KHS, qscale + 4 * warp, 0);
@@ -350,10 +356,10 @@ __global__ void __launch_bounds__(DSK_MLA32_THREADS, DSK_MLA32_MIN_BLOCKS) spars
    * all dims. Format B: head tile mt, candidates 16 (nt & 1) .., dim half
    * nt >> 1 (scale tiles 0-3, or tiles 4-6 and the rope dims) */
   const int mt = warp & 1, nt = warp >> 1;
-  const int qk_c0 = F == 2 ? 16 * (nt & 1) : 8 * nt; /* first candidate */
-  const int qk_half = F == 2 ? nt >> 1 : 0;
-  uint32_t qr[4][4]; /* Format A: rope A fragments of head tile mt */
-  if constexpr (F == 1) {
+  const int qk_c0 = QKH ? 16 * (nt & 1) : 8 * nt; /* first candidate */
+  const int qk_half = QKH ? nt >> 1 : 0;
+  uint32_t qr[4][4]; /* without the QK halves: rope A fragments of head tile mt */
+  if constexpr (!QKH) {
     const int row = 16 * mt + ((lane >> 3) & 1) * 8 + (lane & 7);
 #pragma unroll
     for (int k = 0; k < 4; k++) ldmatrix_x4(qr[k], kvh + row * KHS + 2 * (16 * k + (lane >> 4) * 8));
@@ -415,13 +421,13 @@ __global__ void __launch_bounds__(DSK_MLA32_THREADS, DSK_MLA32_MIN_BLOCKS) spars
     next_slot = load_slot(i + 2);
 
     /* ---- 2. QK */
-    if constexpr (F == 2) {
+    if constexpr (QKH) {
       float sb[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
       const int cand = qk_c0 + 2 * q4;
       if (qk_half == 0)
-        k32_qk_tiles<F, 0, 4>(qa_base, kb_base, sc, cand, sb);
+        k32_qk_tiles<F, 0, NT0>(qa_base, kb_base, sc, cand, sb);
       else
-        k32_qk_tiles<F, 4, C::NT>(qa_base, kb_base, sc, cand, sb);
+        k32_qk_tiles<F, NT0, C::NT>(qa_base, kb_base, sc, cand, sb);
       const float qs0 = qscale[16 * mt + g], qs1 = qscale[16 * mt + g + 8];
 #pragma unroll
       for (int j = 0; j < 2; j++) {
@@ -476,7 +482,7 @@ __global__ void __launch_bounds__(DSK_MLA32_THREADS, DSK_MLA32_MIN_BLOCKS) spars
     __syncthreads(); /* B3: scores ready */
 
     /* ---- 3. softmax of head `shead`, candidates 4 sq .. 4 sq + 3 */
-    k32_softmax<DSK_MLA32_NPS(F)>(ps, alpha, shead, sq, m_run, l_run);
+    k32_softmax<DSK_MLA32_NPS_H(QKH)>(ps, alpha, shead, sq, m_run, l_run);
     __syncthreads(); /* B4: probabilities ready */
 
     /* ---- 4. PV: dims 64 warp .. + 63 of heads 0..31 */
