@@ -833,8 +833,10 @@ static int run_case(dsk_ctx *ctx, const case_cfg *cc, FILE *log, tu_counts *c) {
       mla_compare(&r.hd, ref_out, ref_lse, nvalid, &m);
       int ok = mla_within_bound(&m, DSK_PRECISION_FAST) && gaps_touched(&r, r.out_h2, r.lse_h2) == 0;
       TU_CHECK(c, ok, "%s: FAST rel_l2 %.3e max_abs %.3e lse_abs %.3e", name, m.rel_l2, m.max_abs, m.lse_abs);
-      fprintf(log, "sparse_mla %-72s rel_l2 %.2e max_abs %.2e lse_abs %.2e  %s (FAST)\n", name, m.rel_l2, m.max_abs,
-              m.lse_abs, ok ? "pass" : "FAIL");
+      /* informational: whether FAST also met the ACCURATE bound (the e4m3
+       * kernel of cuda-sm120 is designed to; spec §7 asks only the FAST one) */
+      fprintf(log, "sparse_mla %-72s rel_l2 %.2e max_abs %.2e lse_abs %.2e  %s (FAST%s)\n", name, m.rel_l2, m.max_abs,
+              m.lse_abs, ok ? "pass" : "FAIL", mla_within_bound(&m, DSK_PRECISION_ACCURATE) ? ", within ACCURATE" : "");
     }
     r.dd.precision = DSK_PRECISION_ACCURATE;
   }
