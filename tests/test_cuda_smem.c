@@ -117,6 +117,12 @@ int main(void) {
              "format %d, FAST: region sizes", f);
     printf("format %s: %ld bytes of shared memory per FAST 32-head CTA (limit %d)\n", f == 1 ? "A656" : "B584", f8,
            DSK_SM120_SMEM_LIMIT);
+    /* its ACCURATE form (DSK_MLA32_REGCVT): f16 Q rows over QH + QL, ldmatrix
+     * rows in distinct banks; two CTAs per H200 SM as the ACCURATE kernel */
+    TU_CHECK(&c, DSK_MLA32_HEADS * DSK_MLA32F8_QF16_STRIDE(f) <= DSK_MLA32F8_OFF_QR(f) - DSK_MLA32F8_OFF_QH &&
+                     DSK_MLA32F8_QF16_STRIDE(f) % 128 == 16 && DSK_MLA32F8_QF16_STRIDE(f) >= 2 * DSK_MLA_NOPE(f) &&
+                     2 * (f8 + 1024) <= 228 * 1024,
+             "format %d, raw-record ACCURATE form: f16 Q rows (stride %d)", f, DSK_MLA32F8_QF16_STRIDE(f));
   }
 #ifdef DSK_HAVE_CUDA
   TU_CHECK(&c, dsk__cuda_sparse_mla_smem_bytes(DSK_KV_FORMAT_A656, 16) == DSK_MLA_SMEM_BYTES_W(1, DSK_MLA_WARPS8),

@@ -2,7 +2,7 @@
 # GPU suite: build with CUDA, then the backend-vs-reference harness on the
 # GPU (both backend tables), compute-sanitizer, the demo, the benchmarks
 # and the warmup timing. Logs go to $OUT (or /tmp/dsk-gpu). Usage:
-#   tools/gpu-suite.sh [build|check|sanitize|demo|bench|tune|all|ab-halves]...
+#   tools/gpu-suite.sh [build|check|sanitize|demo|bench|tune|all|ab-halves|ab-regcvt]...
 set -uo pipefail
 OUT=${OUT:-/tmp/dsk-gpu}
 mkdir -p "$OUT"
@@ -20,6 +20,23 @@ run() { # name, command...
   tail -n 4 "$OUT/$name.log"
   [ $r -ne 0 ] && rc=1
   return $r
+}
+# ab_variant TAG FLAG MODEL...: build "$B-TAG" with -DFLAG, check its sparse
+# decode on both tables, then alternate `dsk bench sparse-mla --model M` of
+# the default build and the variant twice per model
+ab_variant() {
+  local tag=$1 flag=$2; shift 2
+  run "cmake_$tag" cmake -S . -B "$B-$tag" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES="$ARCHS" \
+    -DCMAKE_CUDA_FLAGS="$flag" ${DSK_CMAKE_FLAGS:-} || return 1
+  run "build_$tag" cmake --build "$B-$tag" -j "$(nproc)" || return 1
+  run "check_$tag" "$B-$tag/dsk" check --device cuda:0 --only sparse_mla
+  run "check_${tag}_sm120" env DSK_TEST_AS_SM120=1 "$B-$tag/dsk" check --device cuda:0 --only sparse_mla
+  for i in 1 2; do
+    for m in "$@"; do
+      run "bench_base_${m}_$i" "$B/dsk" bench sparse-mla --device cuda:0 --model "$m"
+      run "bench_${tag}_${m}_$i" "$B-$tag/dsk" bench sparse-mla --device cuda:0 --model "$m"
+    done
+  done
 }
 for what in "${@:-all}"; do
   case $what in
@@ -52,16 +69,12 @@ for what in "${@:-all}"; do
       # not part of `all`: Format A's 32-head kernel with QK over dim halves
       # (-DDSK_MLA32_A_HALVES=1, sm_90 only) against the default build: its
       # check, then the Format A rows of both builds alternated twice
-      run cmake_ah cmake -S . -B "$B-ah" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES="$ARCHS" \
-        -DCMAKE_CUDA_FLAGS=-DDSK_MLA32_A_HALVES=1 ${DSK_CMAKE_FLAGS:-} || exit 1
-      run build_ah cmake --build "$B-ah" -j "$(nproc)" || exit 1
-      run check_ah "$B-ah/dsk" check --device cuda:0 --only sparse_mla
-      for i in 1 2; do
-        for m in glm-5.1 dsv3.2; do
-          run "bench_base_${m}_$i" "$B/dsk" bench sparse-mla --device cuda:0 --model "$m"
-          run "bench_ah_${m}_$i" "$B-ah/dsk" bench sparse-mla --device cuda:0 --model "$m"
-        done
-      done ;;&
+      ab_variant ah -DDSK_MLA32_A_HALVES=1 glm-5.1 dsv3.2 ;;&
+    ab-regcvt)
+      # not part of `all`: the ACCURATE 32-head calls by the raw-record
+      # kernel with in-register conversion (-DDSK_MLA32_REGCVT=1) against the
+      # default build, every model
+      ab_variant rc -DDSK_MLA32_REGCVT=1 dsv4-flash dsv4-pro glm-5.1 dsv3.2 ;;&
     tune|all)
       # issue 4's warmup goals: DSv4-Flash TP 2 from an empty cache, then
       # with the cache it wrote (wall clock of the whole process)

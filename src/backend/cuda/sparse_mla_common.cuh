@@ -208,7 +208,12 @@ __device__ __forceinline__ float q_row_absmax(const uint4 (&qv)[2]) {
   }
   return warp_max(mx);
 }
-template <int F, bool IL, int NR>
+/* PERM (rows layout only): inside each 16-dim group, the f16 pair of dims
+ * (4j, 4j+1) is stored at position 2j and (4j+2, 4j+3) at 8+2j, so that the
+ * m16n8k16 A fragment that ldmatrix delivers holds dims 4q..4q+3 of rows g
+ * and g+8: the order of B fragments converted in registers from four
+ * consecutive e4m3 bytes (sparse_mla_k32f8.cuh, ACCURATE form). */
+template <int F, bool IL, int NR, bool PERM = false>
 __device__ __forceinline__ void q_store(const QRows<NR> &q, int lane, uint8_t *nope, int nope_bytes, uint8_t *rope,
                                         int rope_bytes, float *qscale, int il_row0) {
   using C = Fmt<F>;
@@ -237,6 +242,12 @@ __device__ __forceinline__ void q_store(const QRows<NR> &q, int lane, uint8_t *n
 #pragma unroll
         for (int e = 0; e < 4; e++)
           *reinterpret_cast<uint32_t *>(nope + DSK_MLA_QIL_OFF(row, d + 2 * e)) = o[e];
+      } else if (PERM) {
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+          const int j = ((d & 15) >> 2) + (e >> 1); /* dims d + 2e, d + 2e + 1 = 4j + 2 (e & 1) + {0, 1} */
+          *reinterpret_cast<uint32_t *>(nope + r * nope_bytes + 2 * ((d & ~15) + (e & 1) * 8 + 2 * j)) = o[e];
+        }
       } else {
         *reinterpret_cast<uint4 *>(nope + r * nope_bytes + 2 * d) = make_uint4(o[0], o[1], o[2], o[3]);
       }

@@ -73,7 +73,7 @@ void launch_k32(bool qkh, dim3 grid, int smem, cudaStream_t s, const Params &p) 
   if constexpr (F == 2) {
     sparse_mla_k32_kernel<2, true><<<grid, k32Threads, smem, s>>>(p);
   } else {
-#if DSK_MLA32_A_HALVES
+#if DSK_MLA32_A_HALVES && !DSK_MLA32_REGCVT
     if (qkh) {
       sparse_mla_k32_kernel<1, true><<<grid, k32Threads, smem, s>>>(p);
       return;
@@ -91,7 +91,8 @@ dsk_status launch(dsk_ctx *ctx, const dsk_sparse_mla_desc *d, const dsk_tactic *
    * correctness or on an SM120 machine to time it; docs/design.md, "The
    * FAST 32-head kernel"), and cuda-sm120 serves FAST with ACCURATE */
   const bool fp8_ok = st->sm120_table != 0 && ctx->env.test_as_sm120;
-  const LaunchPlan lp = launch_plan<F>(d, tc, ctx->info.sm_count, fp8_ok, DSK_MLA32_A_HALVES && !st->sm120_table);
+  const LaunchPlan lp =
+      launch_plan<F>(d, tc, ctx->info.sm_count, fp8_ok, DSK_MLA32_A_HALVES && !st->sm120_table, DSK_MLA32_REGCVT);
   const Params &p = lp.p;
   const int smem = lp.smem;
   const int64_t blocks_x = lp.blocks_x;
@@ -103,7 +104,11 @@ dsk_status launch(dsk_ctx *ctx, const dsk_sparse_mla_desc *d, const dsk_tactic *
                      p.splits);
   const dim3 grid((unsigned)blocks_x, (unsigned)p.splits);
   if (lp.fp8)
-    sparse_mla_k32f8_kernel<F><<<grid, k32Threads, smem, s>>>(p);
+    sparse_mla_k32f8_kernel<F, false><<<grid, k32Threads, smem, s>>>(p);
+#if DSK_MLA32_REGCVT
+  else if (lp.rc)
+    sparse_mla_k32f8_kernel<F, true><<<grid, k32Threads, smem, s>>>(p);
+#endif
   else if (lp.wide)
     launch_k32<F>(lp.qkh, grid, smem, s, p);
   else if (lp.w8)
@@ -189,7 +194,15 @@ extern "C" dsk_status dsk__cuda_sparse_mla_setup(dsk_cuda_state *st) {
       (r = setup_kernel(st, sparse_mla_k32f8_kernel<1>, k32Threads, DSK_MLA32F8_SMEM_BYTES(1), &unused)) ||
       (r = setup_kernel(st, sparse_mla_k32f8_kernel<2>, k32Threads, DSK_MLA32F8_SMEM_BYTES(2), &unused)))
     return r;
-#if DSK_MLA32_A_HALVES
+#if DSK_MLA32_REGCVT
+  /* the raw-record kernel's ACCURATE form runs the 32-head calls (its residency counts) */
+  if ((r = setup_kernel(st, sparse_mla_k32f8_kernel<1, true>, k32Threads, DSK_MLA32F8_SMEM_BYTES(1),
+                        &st->mla_ctas_per_sm[1][A])) ||
+      (r = setup_kernel(st, sparse_mla_k32f8_kernel<2, true>, k32Threads, DSK_MLA32F8_SMEM_BYTES(2),
+                        &st->mla_ctas_per_sm[1][B])))
+    return r;
+#endif
+#if DSK_MLA32_A_HALVES && !DSK_MLA32_REGCVT
   /* the sm_90 variant of Format A with the QK halves (its residency counts there) */
   if (!st->sm120_table && (r = setup_kernel(st, sparse_mla_k32_kernel<1, true>, k32Threads,
                                             DSK_MLA32_SMEM_BYTES_H(1, 1), &st->mla_ctas_per_sm[1][A])))

@@ -1,4 +1,10 @@
-/* sparse_mla_k32f8.cuh - the FAST form of the 32-head decode kernel
+/* sparse_mla_k32f8.cuh - the 32-head decode kernel on the raw records: its
+ * FAST form (below) and, as the template flag RC, an ACCURATE form with the
+ * same structure whose e4m3 bytes are converted exactly to f16 in registers
+ * (k32r_qk_tiles, k32r_pv; an sm_90 / SM120 candidate for the ACCURATE
+ * 32-head kernel, off until timed: DSK_MLA32_REGCVT in sparse_mla_plan.cuh).
+ *
+ * The FAST form of the 32-head decode kernel
  * (precision FAST, 32 heads per CTA, on the cuda-sm120 table, and until it
  * has passed the GPU suite only under DSK_TEST_AS_SM120=1: see
  * sparse_mla_decode.cu). Included inside the launcher's anonymous namespace
@@ -108,6 +114,24 @@ __device__ __forceinline__ void q_store_e4m3(const QRows<NR> &q, int lane, uint8
   }
 }
 
+/* Adds one scale tile's partial scores ta (two n-tiles; the thread's
+ * candidates cand, cand + 1 and + 8) to s, each multiplied in fp32 by its
+ * candidate's tile scale read from the raw record. */
+template <int F>
+__device__ __forceinline__ void fold_tile_scores(const uint8_t *st, int cand, int tile, const float (&ta)[2][4],
+                                                 float (&s)[2][4]) {
+  using C = Fmt<F>;
+#pragma unroll
+  for (int j = 0; j < 2; j++) {
+    const float s0 = tile_scale<F>(st + (cand + 8 * j) * C::SREC, tile);
+    const float s1 = tile_scale<F>(st + (cand + 8 * j + 1) * C::SREC, tile);
+    s[j][0] += ta[j][0] * s0;
+    s[j][1] += ta[j][1] * s1;
+    s[j][2] += ta[j][2] * s0;
+    s[j][3] += ta[j][3] * s1;
+  }
+}
+
 /* Phase 1, nope scale tiles T0 .. T1 - 1 of one warp's 16 x 16 block: qh /
  * ql = this lane's ldmatrix row address of Q hi / lo (head tile rows), kb =
  * its row address in the raw records (candidates c0 + (lane & 7), byte
@@ -141,15 +165,7 @@ __device__ __forceinline__ void k32f8_qk_tiles(const uint8_t *qh, const uint8_t 
       mma_fp8(ta[0], l1, b[2], b[3]);
       mma_fp8(ta[1], l1, b1[2], b1[3]);
     }
-#pragma unroll
-    for (int j = 0; j < 2; j++) {
-      const float s0 = tile_scale<F>(st + (cand + 8 * j) * C::SREC, tile);
-      const float s1 = tile_scale<F>(st + (cand + 8 * j + 1) * C::SREC, tile);
-      s[j][0] += ta[j][0] * s0;
-      s[j][1] += ta[j][1] * s1;
-      s[j][2] += ta[j][2] * s0;
-      s[j][3] += ta[j][3] * s1;
-    }
+    fold_tile_scores<F>(st, cand, tile, ta, s);
   }
 }
 
@@ -199,17 +215,114 @@ __device__ __forceinline__ void k32f8_pv(const float *ps, const uint8_t *st, int
   }
 }
 
-/* One CTA per SM everywhere: on SM120 shared memory allows no more, and on
- * sm_90 the kernel only runs to validate the cuda-sm120 table
- * (DSK_TEST_AS_SM120), where the 128-register cap of two CTAs per SM would
- * spill around ptxas's expansion of the e4m3 MMAs. */
+/* ---- the ACCURATE form (RC: e4m3 converted to f16 in registers) */
+
+/* Phase 1 of the ACCURATE form, nope scale tiles T0 .. T1 - 1: as
+ * k32f8_qk_tiles, but each B register (four e4m3 of a candidate: dims
+ * 4q..4q+3 of a 16-dim group) is converted exactly to two f16x2 and feeds an
+ * f16 m16n8k16 MMA whose k positions (2q, 2q+1 | 8+2q, 9+2q) are those dims,
+ * with A = Q f16 stored in that order (q_store's PERM layout; qa: this lane's
+ * ldmatrix row address, 32 bytes per 16-dim group). */
+template <int F, int T0, int T1>
+__device__ __forceinline__ void k32r_qk_tiles(const uint8_t *qa, const uint8_t *kb, const uint8_t *st, int cand,
+                                              float (&s)[2][4]) {
+  using C = Fmt<F>;
+  constexpr int KPT = C::TILE / 32; /* k32 steps per scale tile */
+  static_assert(KPT % 2 == 0, "pairs of k32 steps per scale tile");
+#pragma unroll
+  for (int tile = T0; tile < T1; tile++) {
+    float ta[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
+#pragma unroll
+    for (int kk = 0; kk < KPT; kk += 2) {
+      const int k0 = tile * KPT + kk; /* k32 step: dims (bytes) 32 k0 .. */
+      uint32_t b[4], b1[4];
+      ldmatrix_x4(b, kb + 32 * k0);
+      ldmatrix_x4(b1, kb + 8 * C::SREC + 32 * k0);
+#pragma unroll
+      for (int h = 0; h < 2; h++) { /* step k0 + h: 16-dim groups 2 (k0 + h) and + 1 */
+        uint32_t a0[4], a1[4], c[4], c1[4];
+        ldmatrix_x4(a0, qa + 64 * (k0 + h));
+        ldmatrix_x4(a1, qa + 64 * (k0 + h) + 32);
+        e4m3x4_to_f16x2x2(b[2 * h], c[0], c[1]);
+        e4m3x4_to_f16x2x2(b[2 * h + 1], c[2], c[3]);
+        e4m3x4_to_f16x2x2(b1[2 * h], c1[0], c1[1]);
+        e4m3x4_to_f16x2x2(b1[2 * h + 1], c1[2], c1[3]);
+        mma_f16(ta[0], a0, c[0], c[1]);
+        mma_f16(ta[1], a0, c1[0], c1[1]);
+        mma_f16(ta[0], a1, c[2], c[3]);
+        mma_f16(ta[1], a1, c1[2], c1[3]);
+      }
+    }
+    fold_tile_scores<F>(st, cand, tile, ta, s);
+  }
+}
+
+/* Phase 3 of the ACCURATE form for a nope warp: A = P * scale_c * inv in
+ * f16 (as k32_pv), B = the V bytes after the transpose and byte permutes of
+ * k32f8_pv, converted exactly to f16x2; here the k order is the natural one
+ * (the permutes give candidates 2q, 2q+1 | 8+2q, 9+2q of a 16-candidate
+ * step), and the output dims are those of k32f8_pv. */
 template <int F>
-__global__ void __launch_bounds__(DSK_MLA32_THREADS, 1) sparse_mla_k32f8_kernel(const Params p) {
+__device__ __forceinline__ void k32r_pv(const float *ps, const uint8_t *st, int vtile, float inv, int warp, int lane,
+                                        float (&acc)[2][8][4]) {
+  using C = Fmt<F>;
+  constexpr int PST = DSK_MLA32_PS_STRIDE;
+  const int g = lane >> 2, q4 = lane & 3;
+  uint32_t a[2][2][4]; /* [ks][m] */
+#pragma unroll
+  for (int ks = 0; ks < 2; ks++) {
+    const int ca = 16 * ks + 2 * q4; /* A columns: candidates ca, ca+1, ca+8, ca+9 */
+    const float f0 = tile_scale<F>(st + ca * C::SREC, vtile) * inv;
+    const float f1 = tile_scale<F>(st + (ca + 1) * C::SREC, vtile) * inv;
+    const float f8 = tile_scale<F>(st + (ca + 8) * C::SREC, vtile) * inv;
+    const float f9 = tile_scale<F>(st + (ca + 9) * C::SREC, vtile) * inv;
+#pragma unroll
+    for (int m = 0; m < 2; m++) {
+      const float *p0 = ps + (16 * m + g) * PST + ca, *p1 = p0 + 8 * PST;
+      const float2 x0 = *reinterpret_cast<const float2 *>(p0), x1 = *reinterpret_cast<const float2 *>(p1);
+      const float2 x2 = *reinterpret_cast<const float2 *>(p0 + 8), x3 = *reinterpret_cast<const float2 *>(p1 + 8);
+      a[ks][m][0] = pack_f16(x0.x * f0, x0.y * f1);
+      a[ks][m][1] = pack_f16(x1.x * f0, x1.y * f1);
+      a[ks][m][2] = pack_f16(x2.x * f8, x2.y * f9);
+      a[ks][m][3] = pack_f16(x3.x * f8, x3.y * f9);
+    }
+  }
+  const uint8_t *vrow = st + (8 * (lane >> 3) + (lane & 7)) * C::SREC + 64 * warp;
+#pragma unroll
+  for (int b = 0; b < 4; b++) {
+    uint32_t r[4];
+    ldmatrix_x4_trans(r, vrow + 16 * b);
+#pragma unroll
+    for (int ks = 0; ks < 2; ks++) {
+      uint32_t be0, be1, bo0, bo1;
+      e4m3x4_to_f16x2x2(__byte_perm(r[2 * ks], r[2 * ks + 1], 0x6420), be0, be1);
+      e4m3x4_to_f16x2x2(__byte_perm(r[2 * ks], r[2 * ks + 1], 0x7531), bo0, bo1);
+#pragma unroll
+      for (int m = 0; m < 2; m++) {
+        mma_f16(acc[m][2 * b], a[ks][m], be0, be1);
+        mma_f16(acc[m][2 * b + 1], a[ks][m], bo0, bo1);
+      }
+    }
+  }
+}
+
+/* FAST: one CTA per SM everywhere: on SM120 shared memory allows no more,
+ * and on sm_90 the kernel only runs to validate the cuda-sm120 table
+ * (DSK_TEST_AS_SM120), where the 128-register cap of two CTAs per SM would
+ * spill around ptxas's expansion of the e4m3 MMAs. RC: as the ACCURATE
+ * 32-head kernel (two CTAs per SM on sm_90). */
+template <int F, bool RC = false>
+__global__ void __launch_bounds__(DSK_MLA32_THREADS, RC ? DSK_MLA32_MIN_BLOCKS : 1)
+    sparse_mla_k32f8_kernel(const Params p) {
   using C = Fmt<F>;
   constexpr int QS8 = DSK_MLA32F8_Q_STRIDE(F); /* bytes */
   constexpr int QRS = DSK_MLA32_QR_STRIDE;
   constexpr int STG = kSub * C::SREC; /* bytes per stage buffer */
   constexpr int NT0 = F == 1 ? 2 : 4; /* scale tiles of dim half 0 */
+  constexpr int QF16 = DSK_MLA32F8_QF16_STRIDE(F); /* RC: bytes per f16 Q row */
+  constexpr int LAZY = RC ? (int)kLazyLog2 : kF8LazyLog2;
+  constexpr float PSCALE = RC ? 1.f : kF8PScale;
+  static_assert(!RC || DSK_MLA32_HEADS * QF16 <= DSK_MLA32F8_OFF_QR(F) - DSK_MLA32F8_OFF_QH, "RC: f16 Q fits QH + QL");
   static_assert(DSK_MLA32_NT(F) == C::NT, "tile count");
   static_assert(kSub * 8 == DSK_MLA32_THREADS, "8 issuing threads per candidate");
   static_assert(C::NOPE % 64 == 0 && (F == 1 ? C::NOPE / 64 == 8 : C::NOPE / 64 == 7), "a PV warp per 64 dims");
@@ -251,8 +364,12 @@ __global__ void __launch_bounds__(DSK_MLA32_THREADS, 1) sparse_mla_k32f8_kernel(
     const QRows<4> qrows = q_load<F, 4>(p, t, h0 + 4 * warp, lane);
     if (n > 0) issue(0, slot0);
     cp_async_commit();
-    q_store_e4m3<F, 4>(qrows, lane, qh + 4 * warp * QS8, ql + 4 * warp * QS8, QS8, qrope + 4 * warp * QRS, QRS,
-                       qscale + 4 * warp);
+    if constexpr (RC) /* f16 rows (pre-scaled as the ACCURATE kernels do) in the PERM order, over QH + QL */
+      q_store<F, false, 4, true>(qrows, lane, qh + 4 * warp * QF16, QF16, qrope + 4 * warp * QRS, QRS, qscale + 4 * warp,
+                                 0);
+    else
+      q_store_e4m3<F, 4>(qrows, lane, qh + 4 * warp * QS8, ql + 4 * warp * QS8, QS8, qrope + 4 * warp * QRS, QRS,
+                         qscale + 4 * warp);
   }
   int32_t next_slot = load_slot(1);
 
@@ -260,6 +377,7 @@ __global__ void __launch_bounds__(DSK_MLA32_THREADS, 1) sparse_mla_k32f8_kernel(
   const int mt = warp & 1, qk_c0 = 16 * ((warp >> 1) & 1), qk_half = warp >> 2;
   const int arow = 16 * mt + ((lane >> 3) & 1) * 8 + (lane & 7); /* ldmatrix row of the A operand */
   const uint8_t *qh_base = qh + arow * QS8 + 16 * (lane >> 4);
+  const uint8_t *qf_base = qh + arow * QF16 + 16 * (lane >> 4); /* RC */
   const uint8_t *ql_base = ql + arow * QS8 + 16 * (lane >> 4);
   const uint8_t *qr_base = qrope + arow * QRS + 16 * (lane >> 4);
   const int kb_off = (qk_c0 + (lane & 7)) * C::SREC + 16 * (lane >> 3); /* in a stage buffer */
@@ -291,10 +409,17 @@ __global__ void __launch_bounds__(DSK_MLA32_THREADS, 1) sparse_mla_k32f8_kernel(
     {
       float sb[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
       const int cand = qk_c0 + 2 * q4;
-      if (qk_half == 0)
-        k32f8_qk_tiles<F, 0, NT0>(qh_base, ql_base, st + kb_off, st, cand, sb);
-      else
-        k32f8_qk_tiles<F, NT0, C::NT>(qh_base, ql_base, st + kb_off, st, cand, sb);
+      if constexpr (RC) {
+        if (qk_half == 0)
+          k32r_qk_tiles<F, 0, NT0>(qf_base, st + kb_off, st, cand, sb);
+        else
+          k32r_qk_tiles<F, NT0, C::NT>(qf_base, st + kb_off, st, cand, sb);
+      } else {
+        if (qk_half == 0)
+          k32f8_qk_tiles<F, 0, NT0>(qh_base, ql_base, st + kb_off, st, cand, sb);
+        else
+          k32f8_qk_tiles<F, NT0, C::NT>(qh_base, ql_base, st + kb_off, st, cand, sb);
+      }
       const float qs0 = qscale[16 * mt + g], qs1 = qscale[16 * mt + g + 8];
 #pragma unroll
       for (int j = 0; j < 2; j++) {
@@ -310,7 +435,7 @@ __global__ void __launch_bounds__(DSK_MLA32_THREADS, 1) sparse_mla_k32f8_kernel(
     __syncthreads(); /* B2: scores ready */
 
     /* ---- 2. softmax of head `shead`, candidates 4 sq .. 4 sq + 3 */
-    k32_softmax<2, kF8LazyLog2>(ps, alpha, shead, sq, m_run, l_run);
+    k32_softmax<2, LAZY>(ps, alpha, shead, sq, m_run, l_run);
     __syncthreads(); /* B3: probabilities ready */
 
     /* ---- 3. PV: dims 64 warp .. + 63 of heads 0..31 */
@@ -318,8 +443,11 @@ __global__ void __launch_bounds__(DSK_MLA32_THREADS, 1) sparse_mla_k32f8_kernel(
     if (rope_warp) {
       k32_pv<F, true, C::SREC, C::ROPE>(ps, nullptr, st, vtile, 1.f, warp, lane, acc);
     } else {
-      const float inv = fold_v_scale(R, tile_scale<F>(st + lane * C::SREC, vtile), acc) * kF8PScale;
-      k32f8_pv<F>(ps, st, vtile, inv, warp, lane, acc);
+      const float inv = fold_v_scale(R, tile_scale<F>(st + lane * C::SREC, vtile), acc) * PSCALE;
+      if constexpr (RC)
+        k32r_pv<F>(ps, st, vtile, inv, warp, lane, acc);
+      else
+        k32f8_pv<F>(ps, st, vtile, inv, warp, lane, acc);
     }
   }
   cp_async_wait<0>();
@@ -329,7 +457,7 @@ __global__ void __launch_bounds__(DSK_MLA32_THREADS, 1) sparse_mla_k32f8_kernel(
    * entry (e >> 1) + 2 rr; the rope warp in k32_pv's order) */
   k32_finish_heads(p, l_run, m_run, shead, sq, h0, t, split, fac);
   __syncthreads();
-  const float rv = rope_warp ? 1.f : R * (1.f / kF8PScale);
+  const float rv = rope_warp ? 1.f : R * (1.f / PSCALE);
 #pragma unroll
   for (int m = 0; m < 2; m++)
 #pragma unroll

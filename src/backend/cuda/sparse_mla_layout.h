@@ -107,6 +107,8 @@
  * dim halves in both formats; the probabilities go to block 0), ALPHA, FAC,
  * QS (per-head factor that undoes Q's pre-scale), VALID ([2][SUB] int32). */
 #define DSK_MLA32F8_Q_STRIDE(f) (DSK_MLA_NOPE(f) + 16) /* bytes per e4m3 Q row: an odd multiple of 16 */
+/* the kernel's ACCURATE form (RC) keeps Q as f16 rows over QH + QL */
+#define DSK_MLA32F8_QF16_STRIDE(f) (2 * DSK_MLA_NOPE(f) + 16)
 #define DSK_MLA32F8_OFF_QH 0
 #define DSK_MLA32F8_OFF_QL(f) (DSK_MLA32F8_OFF_QH + DSK_MLA32_HEADS * DSK_MLA32F8_Q_STRIDE(f))
 #define DSK_MLA32F8_OFF_QR(f) (DSK_MLA32F8_OFF_QL(f) + DSK_MLA32_HEADS * DSK_MLA32F8_Q_STRIDE(f))
