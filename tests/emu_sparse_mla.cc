@@ -65,6 +65,7 @@ struct Case {
   bool pow2 = false;  /* Format A scales by the POW2 rule (else RAW) */
   bool a_halves = false; /* Format A's 32-head kernel with QK over dim halves (DSK_MLA32_A_HALVES) */
   bool rc = false;       /* ACCURATE 32 heads by the raw-record kernel's RC form (DSK_MLA32_REGCVT) */
+  bool zero_tile = false; /* latent tile 1 of every record all zero (scale 2^-126 in Format A RAW) */
 };
 
 struct SegData {
@@ -86,7 +87,7 @@ int64_t g_fail = 0;
 
 /* A pool of `pages` pages in shuffled order with a padded stride; `valid`
  * gets the written slots. */
-void make_pool(dsk_ctx *cpu, dsk_kv_format f, const SegCfg &c, bool pow2, Rng &rng, SegData &sd,
+void make_pool(dsk_ctx *cpu, dsk_kv_format f, const SegCfg &c, bool pow2, bool zero_tile, Rng &rng, SegData &sd,
                std::vector<int32_t> &written) {
   const int64_t stride = (dsk_kv_canonical_page_stride(f, c.pbs) + 16 + 15) / 16 * 16;
   sd.pool.assign((size_t)(stride * c.pages), 0xFF);
@@ -102,7 +103,8 @@ void make_pool(dsk_ctx *cpu, dsk_kv_format f, const SegCfg &c, bool pow2, Rng &r
   for (int r = 0; r < nrows; r++) {
     for (int64_t t0 = 0; t0 < ld; t0 += tile) {
       const double mag = ldexp(1.0, rng.range(-2, 2));
-      for (int64_t d = t0; d < t0 + tile && d < ld; d++) lat[r * ld + d] = emu::f32_to_bf16((float)(rng.normal() * mag));
+      for (int64_t d = t0; d < t0 + tile && d < ld; d++)
+        lat[r * ld + d] = zero_tile && t0 == tile ? 0 : emu::f32_to_bf16((float)(rng.normal() * mag));
     }
     for (int d = 0; d < 64; d++) rope[(size_t)r * 64 + d] = emu::f32_to_bf16((float)rng.normal());
     written.push_back((int32_t)(perm[r / c.pbs] * c.pbs + r % c.pbs));
@@ -284,7 +286,7 @@ bool run_case(dsk_ctx *cpu, const Case &k, uint64_t seed) {
   SegData sd[2];
   for (int si = 0; si < k.nseg; si++) {
     std::vector<int32_t> written;
-    make_pool(cpu, k.fmt, k.seg[si], k.pow2, rng, sd[si], written);
+    make_pool(cpu, k.fmt, k.seg[si], k.pow2, k.zero_tile, rng, sd[si], written);
     make_slots(k, si, rng, written, sd[si]);
   }
   std::vector<uint16_t> q((size_t)k.T * k.H * dqk);
@@ -438,6 +440,10 @@ int main() {
       {"A pbs 64 w 64 sink, H 64", A, 1, 64, 1, {{64, 64, 2, false}, {0, 0, 0, false}}, true, 1, 32, false, 1.0, false, false, true},
       /* a long accumulation chain: top-2048 in one split (64 stages) */
       {"A top-2048 one split, H 32", A, 1, 32, 1, {{64, 2048, 40, false}, {0, 0, 0, false}}, false, 32, 32, true},
+      /* an all-zero latent tile in every record: the tiny tile scale must not overflow the PV factor */
+      {"A pbs 64 w 64 sink, H 64", A, 1, 64, 1, {{64, 64, 2, false}, {0, 0, 0, false}}, true, 1, 32, true, 1.0, false, false, false, true},
+      {"B one segment pbs 64 w 33, H 17", B, 2, 17, 1, {{64, 33, 2, false}, {0, 0, 0, false}}, false, 2, 32, true, 1.0, false, false, false, true},
+      {"A pbs 64 w 64 sink, H 64", A, 1, 64, 1, {{64, 64, 2, false}, {0, 0, 0, false}}, true, 1, 32, false, 1.0, false, false, true, true},
       /* FAST with 16 heads per CTA runs the ACCURATE 16-head kernel */
       {"A pbs 24 w 150 lens, H 20", A, 2, 20, 1, {{24, 150, 12, true}, {0, 0, 0, false}}, false, 3, 16, true},
   };

@@ -170,7 +170,8 @@ __device__ __forceinline__ void k32f8_qk_tiles(const uint8_t *qh, const uint8_t 
 }
 
 /* Phase 3 for a nope warp: dims 64 warp .. + 63 (tile vtile), A = P *
- * scale_c * inv split hi / lo, B from the raw records (see the header). */
+ * (scale_c * inv) * kF8PScale split hi / lo (inv = 1 / R), B from the raw
+ * records (see the header). */
 template <int F>
 __device__ __forceinline__ void k32f8_pv(const float *ps, const uint8_t *st, int vtile, float inv, int warp, int lane,
                                          float (&acc)[2][8][4]) {
@@ -183,7 +184,7 @@ __device__ __forceinline__ void k32f8_pv(const float *ps, const uint8_t *st, int
   for (int ks = 0; ks < 2; ks++)
 #pragma unroll
     for (int j = 0; j < 4; j++)
-      f[ks][j] = tile_scale<F>(st + (16 * ks + 2 * q4 + (j & 1) + 8 * (j >> 1)) * C::SREC, vtile) * inv;
+      f[ks][j] = (tile_scale<F>(st + (16 * ks + 2 * q4 + (j & 1) + 8 * (j >> 1)) * C::SREC, vtile) * inv) * kF8PScale;
   uint32_t ah[2][4], al[2][4];
 #pragma unroll
   for (int m = 0; m < 2; m++)
@@ -443,7 +444,10 @@ __global__ void __launch_bounds__(DSK_MLA32_THREADS, RC ? DSK_MLA32_MIN_BLOCKS :
     if (rope_warp) {
       k32_pv<F, true, C::SREC, C::ROPE>(ps, nullptr, st, vtile, 1.f, warp, lane, acc);
     } else {
-      const float inv = fold_v_scale(R, tile_scale<F>(st + lane * C::SREC, vtile), acc) * PSCALE;
+      /* 1 / R; the FAST form's 2^6 is applied after scale / R <= 1 (k32f8_pv), so
+       * a tiny R (a Format A RAW scale of 2^-126 for an all-zero tile) cannot
+       * overflow the factor */
+      const float inv = fold_v_scale(R, tile_scale<F>(st + lane * C::SREC, vtile), acc);
       if constexpr (RC)
         k32r_pv<F>(ps, st, vtile, inv, warp, lane, acc);
       else
