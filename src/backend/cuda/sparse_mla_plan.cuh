@@ -46,13 +46,15 @@ int64_t workspace_bytes(const dsk_sparse_mla_desc *d, int splits) {
 #define DSK_MLA32_A_HALVES 0
 #endif
 
-/* DSK_MLA32_REGCVT (compile time, default 0): 1 runs the ACCURATE 32-head
+/* DSK_MLA32_REGCVT (compile time, default 1): 1 runs the ACCURATE 32-head
  * calls on both tables with the raw-record kernel's ACCURATE form
  * (sparse_mla_k32f8.cuh, RC: no conversion phase and no f16 stage, e4m3
- * converted to f16 in registers, two raw stage buffers). Off until an H200
- * A/B shows it faster than sparse_mla_k32.cuh. */
+ * converted to f16 in registers, two raw stage buffers); 0 runs
+ * sparse_mla_k32.cuh (the v9d kernel, kept as the A/B baseline). On the
+ * H200 RC took every H > 16 row at T 128 to 0.73-0.89x of v9d
+ * (docs/benchmarks.md, v10r). */
 #ifndef DSK_MLA32_REGCVT
-#define DSK_MLA32_REGCVT 0
+#define DSK_MLA32_REGCVT 1
 #endif
 
 /* One call's launch: the parameters, the split kernel (wide = 32 heads;
