@@ -2,7 +2,7 @@
 # GPU suite: build with CUDA, then the backend-vs-reference harness on the
 # GPU (both backend tables), compute-sanitizer, the demo, the benchmarks
 # and the warmup timing. Logs go to $OUT (or /tmp/dsk-gpu). Usage:
-#   tools/gpu-suite.sh [build|check|sanitize|demo|bench|tune|all|ab-halves|ab-regcvt]...
+#   tools/gpu-suite.sh [build|check|sanitize|demo|bench|tune|all|ab-regcvt|ab-halves]...
 set -uo pipefail
 OUT=${OUT:-/tmp/dsk-gpu}
 mkdir -p "$OUT"
@@ -65,16 +65,15 @@ for what in "${@:-all}"; do
       run bench_mhc "$B/dsk" bench mhc --device cuda:0
       run bench_indexer "$B/dsk" bench indexer --device cuda:0
       run bench_moe "$B/dsk" bench moe --device cuda:0 ;;&
-    ab-halves)
-      # not part of `all`: Format A's 32-head kernel with QK over dim halves
-      # (-DDSK_MLA32_A_HALVES=1, sm_90 only) against the default build: its
-      # check, then the Format A rows of both builds alternated twice
-      ab_variant ah -DDSK_MLA32_A_HALVES=1 glm-5.1 dsv3.2 ;;&
     ab-regcvt)
-      # not part of `all`: the ACCURATE 32-head calls by the raw-record
-      # kernel with in-register conversion (-DDSK_MLA32_REGCVT=1) against the
-      # default build, every model
-      ab_variant rc -DDSK_MLA32_REGCVT=1 dsv4-flash dsv4-pro glm-5.1 dsv3.2 ;;&
+      # not part of `all`: the earlier 32-head kernel with its f16 stage in
+      # shared memory (-DDSK_MLA32_REGCVT=0) against the default build (the
+      # raw-record kernel, in-register conversion), every model
+      ab_variant k32 -DDSK_MLA32_REGCVT=0 dsv4-flash dsv4-pro glm-5.1 dsv3.2 ;;&
+    ab-halves)
+      # not part of `all`: that earlier kernel with Format A's QK over dim
+      # halves (sm_90 only) against the default build, Format A rows
+      ab_variant ah "-DDSK_MLA32_REGCVT=0 -DDSK_MLA32_A_HALVES=1" glm-5.1 dsv3.2 ;;&
     tune|all)
       # issue 4's warmup goals: DSv4-Flash TP 2 from an empty cache, then
       # with the cache it wrote (wall clock of the whole process)

@@ -1,9 +1,11 @@
 /* sparse_mla_decode.cu - the launcher of the portable sparse MLA decode
  * kernels and their combine kernel, shared by cuda-sm90 and cuda-sm120.
  * Tactic v[1] (heads per CTA) picks the kernel: 16 = the kernel described
- * below (sparse_mla_k16.cuh; the heuristic's for H <= 16), 32 = the 32-head
- * kernel of sparse_mla_k32.cuh (the heuristic's for H > 16; docs/design.md,
- * "The 32-head decode kernel"). With precision FAST on cuda-sm120 (for now
+ * below (sparse_mla_k16.cuh; the heuristic's for H <= 16), 32 = a 32-head
+ * kernel (the heuristic's for H > 16): by default the raw-record kernel's
+ * ACCURATE form (sparse_mla_k32f8.cuh, RC), with DSK_MLA32_REGCVT=0 the
+ * kernel of sparse_mla_k32.cuh (docs/design.md, "The 32-head decode
+ * kernel"). With precision FAST on cuda-sm120 (for now
  * only under DSK_TEST_AS_SM120=1: see launch), 32 heads run the kernel's
  * FAST form (sparse_mla_k32f8.cuh: e4m3 MMAs on the raw cache bytes, Q and P
  * in two e4m3 passes); every other FAST call runs the ACCURATE kernels

@@ -1,8 +1,9 @@
 /* sparse_mla_k32f8.cuh - the 32-head decode kernel on the raw records: its
  * FAST form (below) and, as the template flag RC, an ACCURATE form with the
  * same structure whose e4m3 bytes are converted exactly to f16 in registers
- * (k32r_qk_tiles, k32r_pv; an sm_90 / SM120 candidate for the ACCURATE
- * 32-head kernel, off until timed: DSK_MLA32_REGCVT in sparse_mla_plan.cuh).
+ * (k32r_qk_tiles, k32r_pv), which runs the ACCURATE 32-head calls by default
+ * (DSK_MLA32_REGCVT in sparse_mla_plan.cuh; 0.73-0.90x the v9d kernel of
+ * sparse_mla_k32.cuh on the H200 at large T).
  *
  * The FAST form of the 32-head decode kernel
  * (precision FAST, 32 heads per CTA, on the cuda-sm120 table, and until it

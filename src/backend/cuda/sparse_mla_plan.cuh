@@ -39,9 +39,9 @@ int64_t workspace_bytes(const dsk_sparse_mla_desc *d, int splits) {
 /* DSK_MLA32_A_HALVES (compile time, default 0): 1 runs Format A's 32-head
  * kernel with QK over two dim halves (as Format B's: each Q fragment feeds
  * two MMAs; 107,648 B of shared memory) on the cuda-sm90 table; SM120's
- * limit does not hold it, so cuda-sm120 keeps the full-reduction QK. Off
- * until an H200 A/B shows it faster (for Format B the halves gave 7-8 %,
- * docs/benchmarks.md, v9d). */
+ * limit does not hold it, so cuda-sm120 keeps the full-reduction QK. Acts
+ * only with DSK_MLA32_REGCVT=0; on the H200 it gave 0.88x at T 128 against
+ * v10r's 0.73x, so it stays off (docs/benchmarks.md, eighth session). */
 #ifndef DSK_MLA32_A_HALVES
 #define DSK_MLA32_A_HALVES 0
 #endif
