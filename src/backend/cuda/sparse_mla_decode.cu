@@ -88,10 +88,11 @@ void launch_k32(bool qkh, dim3 grid, int smem, cudaStream_t s, const Params &p) 
 template <int F>
 dsk_status launch(dsk_ctx *ctx, const dsk_sparse_mla_desc *d, const dsk_tactic *tc, cudaStream_t s) {
   const dsk_cuda_state *st = dsk__cuda_state(ctx);
-  /* the FAST kernel has not yet passed the GPU suite: until it has, it runs
-   * only in the validation mode (DSK_TEST_AS_SM120=1, on an H200 for
-   * correctness or on an SM120 machine to time it; docs/design.md, "The
-   * FAST 32-head kernel"), and cuda-sm120 serves FAST with ACCURATE */
+  /* the FAST kernel passes on the H200 (ptxas expands its e4m3 MMAs into
+   * exact f16 ones) but has not run on SM120's native e4m3 MMAs: until it
+   * has, it runs only in the validation mode (DSK_TEST_AS_SM120=1, on an
+   * H200 or natively on an SM120 machine; docs/design.md, "The FAST 32-head
+   * kernel"), and cuda-sm120 serves FAST with ACCURATE */
   const bool fp8_ok = st->sm120_table != 0 && ctx->env.test_as_sm120;
   const LaunchPlan lp =
       launch_plan<F>(d, tc, ctx->info.sm_count, fp8_ok, DSK_MLA32_A_HALVES && !st->sm120_table, DSK_MLA32_REGCVT);

@@ -6,8 +6,8 @@
  * sparse_mla_k32.cuh on the H200 at large T).
  *
  * The FAST form of the 32-head decode kernel
- * (precision FAST, 32 heads per CTA, on the cuda-sm120 table, and until it
- * has passed the GPU suite only under DSK_TEST_AS_SM120=1: see
+ * (precision FAST, 32 heads per CTA, on the cuda-sm120 table, and until
+ * SM120's native e4m3 MMAs have run it only under DSK_TEST_AS_SM120=1: see
  * sparse_mla_decode.cu). Included inside the launcher's anonymous namespace
  * after sparse_mla_k32.cuh, whose softmax, rescale and finish it shares.
  *
