@@ -63,7 +63,6 @@ struct Case {
   bool fast;    /* precision FAST on a backend that runs it with e4m3 MMAs (cuda-sm120) */
   double qsig = 1.0;  /* q ~ N(0, qsig^2) (spec §7: 0.25, 1, 2) */
   bool pow2 = false;  /* Format A scales by the POW2 rule (else RAW) */
-  bool a_halves = false; /* Format A's 32-head kernel with QK over dim halves (DSK_MLA32_A_HALVES) */
   bool rc = false;       /* ACCURATE 32 heads by the raw-record kernel's RC form (DSK_MLA32_REGCVT) */
   bool zero_tile = false; /* latent tile 1 of every record all zero (scale 2^-126 in Format A RAW) */
 };
@@ -236,7 +235,7 @@ Ran run_kernels(const Case &k, const dsk_sparse_mla_desc &d, int64_t sm_count) {
   memset(&tc, 0, sizeof tc);
   tc.v[0] = k.cpb;
   tc.v[1] = k.hpc;
-  LaunchPlan lp = launch_plan<F>(&d, &tc, sm_count, k.fast, k.a_halves, k.rc);
+  LaunchPlan lp = launch_plan<F>(&d, &tc, sm_count, k.fast, k.rc);
   EXPECT(lp.rc == (k.rc && !k.fast && k.hpc == 32), "%s: the RC form %s", k.name, lp.rc ? "ran" : "did not run");
   EXPECT(lp.fp8 == (k.fast && k.hpc == 32), "%s: the FAST kernel %s", k.name, lp.fp8 ? "ran" : "did not run");
   Params &p = lp.p;
@@ -252,17 +251,13 @@ Ran run_kernels(const Case &k, const dsk_sparse_mla_desc &d, int64_t sm_count) {
     emu::launch(gx, gy, DSK_MLA32_THREADS, smem, lp.smem, [&] { sparse_mla_k32f8_kernel<F, false>(p); });
   } else if (lp.rc) {
     emu::launch(gx, gy, DSK_MLA32_THREADS, smem, lp.smem, [&] { sparse_mla_k32f8_kernel<F, true>(p); });
-  } else if (lp.wide && lp.qkh) {
-    emu::launch(gx, gy, DSK_MLA32_THREADS, smem, lp.smem, [&] { sparse_mla_k32_kernel<F, true>(p); });
   } else if (lp.wide) {
-    if constexpr (F == 1) emu::launch(gx, gy, DSK_MLA32_THREADS, smem, lp.smem, [&] { sparse_mla_k32_kernel<1, false>(p); });
-    EXPECT(F == 1, "Format B's 32-head kernel always takes the QK halves");
+    emu::launch(gx, gy, DSK_MLA32_THREADS, smem, lp.smem, [&] { sparse_mla_k32_kernel<F>(p); });
   } else if (lp.w8) {
     emu::launch(gx, gy, kThreads8, smem, lp.smem, [&] { sparse_mla_kernel<F, DSK_MLA_WARPS8>(p); });
   } else {
     emu::launch(gx, gy, kThreads, smem, lp.smem, [&] { sparse_mla_kernel<F, DSK_MLA_WARPS>(p); });
   }
-  EXPECT(lp.qkh == (lp.wide && !lp.fp8 && !lp.rc && (F == 2 || k.a_halves)), "%s: QK halves %d", k.name, (int)lp.qkh);
   if (p.splits > 1) {
     const unsigned cg = (unsigned)(d.T * d.H);
     if (lp.combine_batch == 0)
@@ -357,7 +352,6 @@ bool run_case(dsk_ctx *cpu, const Case &k, uint64_t seed) {
       if (!std::isfinite(gl)) bad++;
     }
   const double rel = den > 0 ? sqrt(num / den) : 0;
-  if (getenv("EMU_DEBUG")) for (int h = 0; h < 4; h++) fprintf(stderr, "t1 h%d lse %g ref %g out0 %g ref0 %g\n", h, lse[k.H + h], ref_lse[k.H + h], emu::bf16_to_f32(out[((size_t)k.H + h) * osh]), ref[((size_t)k.H + h) * 512]);
   /* expected counters: out-of-range slots at k < L, clamped lens */
   int64_t ecnt[2] = {0, 0};
   for (int si = 0; si < k.nseg; si++)
@@ -375,7 +369,7 @@ bool run_case(dsk_ctx *cpu, const Case &k, uint64_t seed) {
                   counters[0] == ecnt[0] && counters[1] == ecnt[1];
   printf("emu sparse_mla %-34s %s%s q %.2f %s hpc %d cpb %d: %d warps, %d splits, combine %d: rel_l2 %.2e lse_abs %.2e max_abs %.2e bad %lld gaps %lld "
          "counters %lld/%lld (want %lld/%lld) %s\n",
-         k.name, k.fast ? "FAST" : "ACC ", k.a_halves ? " qkh" : k.rc ? " rc " : "", k.qsig, k.fmt == DSK_KV_FORMAT_A656 ? (k.pow2 ? "POW2" : "RAW ") : "UE8M0", k.hpc,
+         k.name, k.fast ? "FAST" : "ACC ", k.rc ? " rc " : "", k.qsig, k.fmt == DSK_KV_FORMAT_A656 ? (k.pow2 ? "POW2" : "RAW ") : "UE8M0", k.hpc,
          k.cpb, ran.warps, ran.splits, ran.combine, rel, lse_abs, max_abs, (long long)bad, (long long)gaps,
          (long long)counters[0], (long long)counters[1], (long long)ecnt[0], (long long)ecnt[1], ok ? "pass" : "FAIL");
   fflush(stdout);
@@ -429,21 +423,17 @@ int main() {
       {"B swa64x70 + c128a2x45, H40", B, 3, 40, 2, {{64, 70, 3, true}, {2, 45, 40, false}}, true, 1, 32, true, 2.0},
       {"A pbs 24 w 150 lens, H 20", A, 2, 20, 1, {{24, 150, 12, true}, {0, 0, 0, false}}, false, 3, 32, true, 2.0, true},
       {"A pbs 64 w 64 sink, H 64", A, 1, 64, 1, {{64, 64, 2, false}, {0, 0, 0, false}}, true, 1, 32, true, 0.25, true},
-      /* Format A's 32-head kernel with QK over dim halves (the sm_90 variant DSK_MLA32_A_HALVES) */
-      {"A pbs 24 w 150 lens, H 20", A, 2, 20, 1, {{24, 150, 12, true}, {0, 0, 0, false}}, false, 1, 32, false, 1.0, false, true},
-      {"A pbs 24 w 150 lens, H 20", A, 2, 20, 1, {{24, 150, 12, true}, {0, 0, 0, false}}, false, 3, 32, false, 2.0, true, true},
-      {"A pbs 64 w 64 sink, H 64", A, 1, 64, 1, {{64, 64, 2, false}, {0, 0, 0, false}}, true, 1, 32, false, 1.0, false, true},
       /* ACCURATE 32 heads by the raw-record kernel's RC form (DSK_MLA32_REGCVT) */
-      {"B swa64x70 + c128a2x45, H40", B, 3, 40, 2, {{64, 70, 3, true}, {2, 45, 40, false}}, true, 1, 32, false, 1.0, false, false, true},
-      {"B DSv4-Flash swa128 + c4a512, H 64", B, 1, 64, 2, {{64, 128, 4, false}, {64, 512, 12, false}}, true, 1, 32, false, 2.0, false, false, true},
-      {"A pbs 24 w 150 lens, H 20", A, 2, 20, 1, {{24, 150, 12, true}, {0, 0, 0, false}}, false, 3, 32, false, 0.25, true, false, true},
-      {"A pbs 64 w 64 sink, H 64", A, 1, 64, 1, {{64, 64, 2, false}, {0, 0, 0, false}}, true, 1, 32, false, 1.0, false, false, true},
+      {"B swa64x70 + c128a2x45, H40", B, 3, 40, 2, {{64, 70, 3, true}, {2, 45, 40, false}}, true, 1, 32, false, 1.0, false, true},
+      {"B DSv4-Flash swa128 + c4a512, H 64", B, 1, 64, 2, {{64, 128, 4, false}, {64, 512, 12, false}}, true, 1, 32, false, 2.0, false, true},
+      {"A pbs 24 w 150 lens, H 20", A, 2, 20, 1, {{24, 150, 12, true}, {0, 0, 0, false}}, false, 3, 32, false, 0.25, true, true},
+      {"A pbs 64 w 64 sink, H 64", A, 1, 64, 1, {{64, 64, 2, false}, {0, 0, 0, false}}, true, 1, 32, false, 1.0, false, true},
       /* a long accumulation chain: top-2048 in one split (64 stages) */
       {"A top-2048 one split, H 32", A, 1, 32, 1, {{64, 2048, 40, false}, {0, 0, 0, false}}, false, 32, 32, true},
       /* an all-zero latent tile in every record: the tiny tile scale must not overflow the PV factor */
-      {"A pbs 64 w 64 sink, H 64", A, 1, 64, 1, {{64, 64, 2, false}, {0, 0, 0, false}}, true, 1, 32, true, 1.0, false, false, false, true},
-      {"B one segment pbs 64 w 33, H 17", B, 2, 17, 1, {{64, 33, 2, false}, {0, 0, 0, false}}, false, 2, 32, true, 1.0, false, false, false, true},
-      {"A pbs 64 w 64 sink, H 64", A, 1, 64, 1, {{64, 64, 2, false}, {0, 0, 0, false}}, true, 1, 32, false, 1.0, false, false, true, true},
+      {"A pbs 64 w 64 sink, H 64", A, 1, 64, 1, {{64, 64, 2, false}, {0, 0, 0, false}}, true, 1, 32, true, 1.0, false, false, true},
+      {"B one segment pbs 64 w 33, H 17", B, 2, 17, 1, {{64, 33, 2, false}, {0, 0, 0, false}}, false, 2, 32, true, 1.0, false, false, true},
+      {"A pbs 64 w 64 sink, H 64", A, 1, 64, 1, {{64, 64, 2, false}, {0, 0, 0, false}}, true, 1, 32, false, 1.0, false, true, true},
       /* FAST with 16 heads per CTA runs the ACCURATE 16-head kernel */
       {"A pbs 24 w 150 lens, H 20", A, 2, 20, 1, {{24, 150, 12, true}, {0, 0, 0, false}}, false, 3, 16, true},
   };

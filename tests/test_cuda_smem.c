@@ -80,20 +80,6 @@ int main(void) {
              "format %d, 32 heads: region sizes", f);
     printf("format %s: %ld bytes of shared memory per 32-head CTA (limit %d)\n", f == 1 ? "A656" : "B584", b32,
            DSK_SM120_SMEM_LIMIT);
-    /* the 32-head kernel's QK over dim halves for Format A (sm_90 only,
-     * DSK_MLA32_A_HALVES): regions in order, and two CTAs per H200 SM (228
-     * KB of shared memory per SM, 1 KB of it reserved per CTA) */
-    if (f == 1) {
-      const long bh = DSK_MLA32_SMEM_BYTES_H(1, 1);
-      TU_CHECK(&c, 2 * (bh + 1024) <= 228 * 1024, "format A, QK halves: %ld B leave no room for two CTAs per SM", bh);
-      TU_CHECK(&c, DSK_MLA32_OFF_QR_H(1, 1) % 16 == 0 && DSK_MLA32_OFF_ALPHA_H(1, 1) % 16 == 0 &&
-                       DSK_MLA32_OFF_ALPHA_H(1, 1) - DSK_MLA32_OFF_PS(1) == 2 * DSK_MLA32_HEADS * DSK_MLA32_PS_STRIDE * 4 &&
-                       bh - DSK_MLA32_OFF_QR_H(1, 1) == DSK_MLA32_HEADS * DSK_MLA32_QR_STRIDE &&
-                       DSK_MLA32_SMEM_BYTES_H(1, 0) == DSK_MLA32_SMEM_BYTES(1) &&
-                       DSK_MLA32_SMEM_BYTES_H(2, 1) == DSK_MLA32_SMEM_BYTES(2),
-               "format A, QK halves: region sizes");
-      printf("format A656: %ld bytes of shared memory per 32-head CTA with the QK halves (sm_90 only)\n", bh);
-    }
     /* the FAST form of the 32-head kernel: Q hi / lo e4m3 rows, Q rope rows,
      * two raw stage buffers, two partial-score blocks, per-head rows */
     const long f8 = DSK_MLA32F8_SMEM_BYTES(f);

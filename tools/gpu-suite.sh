@@ -2,7 +2,7 @@
 # GPU suite: build with CUDA, then the backend-vs-reference harness on the
 # GPU (both backend tables), compute-sanitizer, the demo, the benchmarks
 # and the warmup timing. Logs go to $OUT (or /tmp/dsk-gpu). Usage:
-#   tools/gpu-suite.sh [build|check|sanitize|demo|bench|tune|all|ab-regcvt|ab-halves]...
+#   tools/gpu-suite.sh [build|check|sanitize|demo|bench|tune|all|ab-regcvt]...
 set -uo pipefail
 OUT=${OUT:-/tmp/dsk-gpu}
 mkdir -p "$OUT"
@@ -70,10 +70,6 @@ for what in "${@:-all}"; do
       # shared memory (-DDSK_MLA32_REGCVT=0) against the default build (the
       # raw-record kernel, in-register conversion), every model
       ab_variant k32 -DDSK_MLA32_REGCVT=0 dsv4-flash dsv4-pro glm-5.1 dsv3.2 ;;&
-    ab-halves)
-      # not part of `all`: that earlier kernel with Format A's QK over dim
-      # halves (sm_90 only) against the default build, Format A rows
-      ab_variant ah "-DDSK_MLA32_REGCVT=0 -DDSK_MLA32_A_HALVES=1" glm-5.1 dsv3.2 ;;&
     tune|all)
       # issue 4's warmup goals: DSv4-Flash TP 2 from an empty cache, then
       # with the cache it wrote (wall clock of the whole process)

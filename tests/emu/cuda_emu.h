@@ -341,37 +341,43 @@ inline void e4m3x4_to_f16x2x2(uint32_t v, uint32_t &lo, uint32_t &hi) {
   hi = e4m3x2_to_f16x2(v >> 16);
 }
 
-/* mma.sync m16n8k16 row.col, fp32 accumulate: every lane publishes its
- * fragments, then computes its own four outputs from all of them */
-inline void mma_impl(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1, bool bf) {
+/* One warp-wide mma.sync with K products per output, fp32 accumulate: every
+ * lane publishes its fragments (a0..a3, b0, b1), then computes its own four
+ * outputs D[r][n] = C[r][n] + sum_k A(x, r, k) * B(x, k, n) in fp64 from all
+ * of them (x = the warp's published fragments, x[lane][0..5]), rounded to
+ * fp32 and passed through `round`. */
+template <int K, class FA, class FB, class FR>
+inline void mma_warp(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1, FA A, FB B, FR round) {
   emu::State &s = emu::st();
   uint32_t *x = s.xch[s.cur];
   for (int i = 0; i < 4; i++) x[i] = a[i];
   x[4] = b0;
   x[5] = b1;
   emu::warp_barrier();
-  const int l = emu::lane(), b = emu::wbase(), g = l >> 2, q = l & 3;
-  auto half = [&](uint32_t w, int k) -> float {
-    const uint16_t h = (uint16_t)(k & 1 ? w >> 16 : w & 0xffff);
-    return bf ? emu::bf16_to_f32(h) : emu::f16_to_f32(h);
-  };
-  auto A = [&](int r, int k) -> float {
-    const int ln = 4 * (r & 7) + (k & 7) / 2, reg = (r >= 8 ? 1 : 0) + (k >= 8 ? 2 : 0);
-    return half(s.xch[b + ln][reg], k);
-  };
-  auto B = [&](int k, int n) -> float {
-    const int ln = 4 * n + (k & 7) / 2;
-    return half(s.xch[b + ln][4 + (k >= 8)], k);
-  };
+  const int l = emu::lane(), g = l >> 2, q = l & 3;
+  const uint32_t(*w)[12] = s.xch + emu::wbase();
   float out[4];
   for (int e = 0; e < 4; e++) {
     const int r = g + 8 * (e >> 1), n = 2 * q + (e & 1);
     double acc = c[e];
-    for (int k = 0; k < 16; k++) acc += (double)A(r, k) * (double)B(k, n);
-    out[e] = (float)acc;
+    for (int k = 0; k < K; k++) acc += (double)A(w, r, k) * (double)B(w, k, n);
+    out[e] = round((float)acc);
   }
   emu::warp_barrier();
   for (int e = 0; e < 4; e++) c[e] = out[e];
+}
+
+/* mma.sync m16n8k16 row.col (f16 or bf16 operands) */
+inline void mma_impl(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1, bool bf) {
+  auto half = [bf](uint32_t v, int k) -> float {
+    const uint16_t h = (uint16_t)(k & 1 ? v >> 16 : v & 0xffff);
+    return bf ? emu::bf16_to_f32(h) : emu::f16_to_f32(h);
+  };
+  auto A = [&](const uint32_t (*w)[12], int r, int k) -> float {
+    return half(w[4 * (r & 7) + (k & 7) / 2][(r >= 8 ? 1 : 0) + (k >= 8 ? 2 : 0)], k);
+  };
+  auto B = [&](const uint32_t (*w)[12], int k, int n) -> float { return half(w[4 * n + (k & 7) / 2][4 + (k >= 8)], k); };
+  mma_warp<16>(c, a, b0, b1, A, B, [](float v) { return v; });
 }
 inline void mma_f16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) { mma_impl(c, a, b0, b1, false); }
 
@@ -380,29 +386,14 @@ inline void mma_f16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t
  * (r >= 8) + 2 (k >= 16), byte k & 3; B k, n: lane 4 n + (k & 15) / 4,
  * register b0 / b1 by k >= 16, byte k & 3). Products are exact in fp64;
  * the sum is rounded once to fp32 (the hardware's internal accumulation
- * order and precision may differ by fp32 rounding). */
+ * order and precision may differ by fp32 rounding), then by fp8_acc_round. */
 inline void mma_fp8(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-  emu::State &s = emu::st();
-  uint32_t *x = s.xch[s.cur];
-  for (int i = 0; i < 4; i++) x[i] = a[i];
-  x[4] = b0;
-  x[5] = b1;
-  emu::warp_barrier();
-  const int l = emu::lane(), b = emu::wbase(), g = l >> 2, q = l & 3;
-  auto byte = [](uint32_t w, int k) -> float { return emu::e4m3_to_f32((uint8_t)(w >> (8 * (k & 3)))); };
-  auto A = [&](int r, int k) -> float {
-    return byte(s.xch[b + 4 * (r & 7) + (k & 15) / 4][(r >= 8 ? 1 : 0) + (k >= 16 ? 2 : 0)], k);
+  auto byte = [](uint32_t v, int k) -> float { return emu::e4m3_to_f32((uint8_t)(v >> (8 * (k & 3)))); };
+  auto A = [&](const uint32_t (*w)[12], int r, int k) -> float {
+    return byte(w[4 * (r & 7) + (k & 15) / 4][(r >= 8 ? 1 : 0) + (k >= 16 ? 2 : 0)], k);
   };
-  auto B = [&](int k, int n) -> float { return byte(s.xch[b + 4 * n + (k & 15) / 4][4 + (k >= 16)], k); };
-  float out[4];
-  for (int e = 0; e < 4; e++) {
-    const int r = g + 8 * (e >> 1), n = 2 * q + (e & 1);
-    double acc = c[e];
-    for (int k = 0; k < 32; k++) acc += (double)A(r, k) * (double)B(k, n);
-    out[e] = emu::fp8_acc_round((float)acc);
-  }
-  emu::warp_barrier();
-  for (int e = 0; e < 4; e++) c[e] = out[e];
+  auto B = [&](const uint32_t (*w)[12], int k, int n) -> float { return byte(w[4 * n + (k & 15) / 4][4 + (k >= 16)], k); };
+  mma_warp<32>(c, a, b0, b1, A, B, emu::fp8_acc_round);
 }
 /* f16x2 -> e4m3x2 (round to nearest even, satfinite), in the low 16 bits */
 inline uint32_t f16x2_to_e4m3x2(uint32_t h) {

@@ -66,25 +66,6 @@ namespace {
 #include "sparse_mla_combine.cuh"
 #include "sparse_mla_plan.cuh"
 
-/* The 32-head ACCURATE kernel: Format B always with the QK halves; Format A
- * with them only in the DSK_MLA32_A_HALVES build (not instantiated
- * otherwise). */
-template <int F>
-void launch_k32(bool qkh, dim3 grid, int smem, cudaStream_t s, const Params &p) {
-  (void)qkh;
-  if constexpr (F == 2) {
-    sparse_mla_k32_kernel<2, true><<<grid, k32Threads, smem, s>>>(p);
-  } else {
-#if DSK_MLA32_A_HALVES && !DSK_MLA32_REGCVT
-    if (qkh) {
-      sparse_mla_k32_kernel<1, true><<<grid, k32Threads, smem, s>>>(p);
-      return;
-    }
-#endif
-    sparse_mla_k32_kernel<1, false><<<grid, k32Threads, smem, s>>>(p);
-  }
-}
-
 template <int F>
 dsk_status launch(dsk_ctx *ctx, const dsk_sparse_mla_desc *d, const dsk_tactic *tc, cudaStream_t s) {
   const dsk_cuda_state *st = dsk__cuda_state(ctx);
@@ -95,7 +76,7 @@ dsk_status launch(dsk_ctx *ctx, const dsk_sparse_mla_desc *d, const dsk_tactic *
    * kernel"), and cuda-sm120 serves FAST with ACCURATE */
   const bool fp8_ok = st->sm120_table != 0 && ctx->env.test_as_sm120;
   const LaunchPlan lp =
-      launch_plan<F>(d, tc, ctx->info.sm_count, fp8_ok, DSK_MLA32_A_HALVES && !st->sm120_table, DSK_MLA32_REGCVT);
+      launch_plan<F>(d, tc, ctx->info.sm_count, fp8_ok, DSK_MLA32_REGCVT);
   const Params &p = lp.p;
   const int smem = lp.smem;
   const int64_t blocks_x = lp.blocks_x;
@@ -108,12 +89,12 @@ dsk_status launch(dsk_ctx *ctx, const dsk_sparse_mla_desc *d, const dsk_tactic *
   const dim3 grid((unsigned)blocks_x, (unsigned)p.splits);
   if (lp.fp8)
     sparse_mla_k32f8_kernel<F, false><<<grid, k32Threads, smem, s>>>(p);
+  else if (lp.wide) /* lp.rc == DSK_MLA32_REGCVT: one of the two is built */
 #if DSK_MLA32_REGCVT
-  else if (lp.rc)
     sparse_mla_k32f8_kernel<F, true><<<grid, k32Threads, smem, s>>>(p);
+#else
+    sparse_mla_k32_kernel<F><<<grid, k32Threads, smem, s>>>(p);
 #endif
-  else if (lp.wide)
-    launch_k32<F>(lp.qkh, grid, smem, s, p);
   else if (lp.w8)
     sparse_mla_kernel<F, DSK_MLA_WARPS8><<<grid, kThreads8, smem, s>>>(p);
   else
@@ -190,25 +171,19 @@ extern "C" dsk_status dsk__cuda_sparse_mla_setup(dsk_cuda_state *st) {
                         DSK_MLA_SMEM_BYTES_W(1, DSK_MLA_WARPS8), &unused)) ||
       (r = setup_kernel(st, sparse_mla_kernel<2, DSK_MLA_WARPS8>, kThreads8,
                         DSK_MLA_SMEM_BYTES_W(2, DSK_MLA_WARPS8), &unused)) ||
-      (r = setup_kernel(st, sparse_mla_k32_kernel<1, false>, k32Threads, DSK_MLA32_SMEM_BYTES(1),
-                        &st->mla_ctas_per_sm[1][A])) ||
-      (r = setup_kernel(st, sparse_mla_k32_kernel<2, true>, k32Threads, DSK_MLA32_SMEM_BYTES(2),
-                        &st->mla_ctas_per_sm[1][B])) ||
       (r = setup_kernel(st, sparse_mla_k32f8_kernel<1>, k32Threads, DSK_MLA32F8_SMEM_BYTES(1), &unused)) ||
       (r = setup_kernel(st, sparse_mla_k32f8_kernel<2>, k32Threads, DSK_MLA32F8_SMEM_BYTES(2), &unused)))
     return r;
+  /* the ACCURATE 32-head kernel of this build (its residency counts) */
 #if DSK_MLA32_REGCVT
-  /* the raw-record kernel's ACCURATE form runs the 32-head calls (its residency counts) */
   if ((r = setup_kernel(st, sparse_mla_k32f8_kernel<1, true>, k32Threads, DSK_MLA32F8_SMEM_BYTES(1),
                         &st->mla_ctas_per_sm[1][A])) ||
       (r = setup_kernel(st, sparse_mla_k32f8_kernel<2, true>, k32Threads, DSK_MLA32F8_SMEM_BYTES(2),
                         &st->mla_ctas_per_sm[1][B])))
     return r;
-#endif
-#if DSK_MLA32_A_HALVES && !DSK_MLA32_REGCVT
-  /* the sm_90 variant of Format A with the QK halves (its residency counts there) */
-  if (!st->sm120_table && (r = setup_kernel(st, sparse_mla_k32_kernel<1, true>, k32Threads,
-                                            DSK_MLA32_SMEM_BYTES_H(1, 1), &st->mla_ctas_per_sm[1][A])))
+#else
+  if ((r = setup_kernel(st, sparse_mla_k32_kernel<1>, k32Threads, DSK_MLA32_SMEM_BYTES(1), &st->mla_ctas_per_sm[1][A])) ||
+      (r = setup_kernel(st, sparse_mla_k32_kernel<2>, k32Threads, DSK_MLA32_SMEM_BYTES(2), &st->mla_ctas_per_sm[1][B])))
     return r;
 #endif
   st->mla_ready = 1;

@@ -17,9 +17,7 @@
  *     16 ((w >> 1) & 1) .. + 15, dim half w >> 2: scale tiles 0-3, or tiles
  *     4-6 and the rope dims with A from QR), so each Q fragment feeds two
  *     MMAs; the halves' partial scores go to two PS blocks that the softmax
- *     adds. Format A takes the same halves (tiles 0-1 | 2-3 + rope) in the
- *     sm_90-only variant QKH (DSK_MLA32_A_HALVES, off by default until
- *     timed: its 9.7 KB more shared memory do not fit SM120). Each scale tile's partial sum is multiplied by its candidate's
+ *     adds. Each scale tile's partial sum is multiplied by its candidate's
  *     tile scale in fp32 (exact for arbitrary Format A scales). Scores go to
  *     PS in the log2 domain, invalid candidates as -inf.
  *  3. softmax: thread (head tid / 8, candidates 4 (tid % 8) .. + 3) updates
@@ -256,6 +254,26 @@ __device__ __forceinline__ void k32_store_scores(float *ps, int half, int mt, in
   }
 }
 
+/* The end of one warp's QK over a dim half (Format B here, both formats in
+ * sparse_mla_k32f8.cuh): the Q pre-scale of its head rows, the bf16 rope
+ * dims in half 1 (A = Q's rope rows by qr, B = the candidates' rope rows by
+ * kr, rows of RS bytes), and the store of the partial scores. */
+template <int RS>
+__device__ __forceinline__ void k32_qk_half_end(float *ps, const float *qscale, const uint8_t *qr, const uint8_t *kr,
+                                                int half, int mt, int g, int cand, const int32_t *valid,
+                                                float scale_log2, float (&sb)[2][4]) {
+  const float qs0 = qscale[16 * mt + g], qs1 = qscale[16 * mt + g + 8];
+#pragma unroll
+  for (int j = 0; j < 2; j++) {
+    sb[j][0] *= qs0;
+    sb[j][1] *= qs0;
+    sb[j][2] *= qs1;
+    sb[j][3] *= qs1;
+  }
+  if (half == 1) k32_qk_rope<RS>(qr, kr, sb);
+  k32_store_scores(ps, half, mt, g, cand, valid, scale_log2, sb);
+}
+
 /* The finish's output of one accumulator row pair (m, rr) of a PV warp
  * whose n-tile j holds dims 64 warp + 8 j + n (k32_pv's order): the final
  * bf16 output, or the split's fp32 partial. f0 = the head's factor (0: write
@@ -289,9 +307,7 @@ __device__ __forceinline__ void k32_write_ntiles(const Params &p, int64_t t, int
 #else
 #define DSK_MLA32_MIN_BLOCKS 2
 #endif
-/* QKH: QK over two dim halves (always for Format B; for Format A the
- * sm_90-only variant, see DSK_MLA32_A_HALVES in sparse_mla_plan.cuh). */
-template <int F, bool QKH = (F == 2)>
+template <int F>
 __global__ void __launch_bounds__(DSK_MLA32_THREADS, DSK_MLA32_MIN_BLOCKS) sparse_mla_k32_kernel(const Params p) {
   using C = Fmt<F>;
   constexpr int QNS = DSK_MLA32_QN_STRIDE(F);  /* bytes */
@@ -302,20 +318,20 @@ __global__ void __launch_bounds__(DSK_MLA32_THREADS, DSK_MLA32_MIN_BLOCKS) spars
   static_assert(DSK_MLA32_NT(F) == C::NT, "tile count");
   static_assert(kSub * NP8 % DSK_MLA32_THREADS == 0, "conversion pieces per thread");
   static_assert(kSub * C::NT <= DSK_MLA32_THREADS && kSub * 8 == DSK_MLA32_THREADS, "one piece per thread");
-  static_assert(F != 2 || (QKH && C::NT == 7 && C::TILE == 64), "Format B QK halves: scale tiles 0-3 | 4-6 + rope");
-  static_assert(F != 1 || (C::NT == 4 && C::TILE == 128), "Format A QK halves: scale tiles 0-1 | 2-3 + rope");
-  constexpr int NT0 = F == 1 ? 2 : 4; /* scale tiles of dim half 0 */
+  constexpr bool QKH = F == 2; /* QK over two dim halves (Format B) */
+  static_assert(!QKH || (C::NT == 7 && C::TILE == 64), "Format B QK halves: scale tiles 0-3 | 4-6 + rope");
+  constexpr int NT0 = 4; /* scale tiles of dim half 0 */
   extern __shared__ __align__(16) uint8_t smem[];
   uint8_t *qn = smem + DSK_MLA32_OFF_QN;
   uint8_t *raw = smem + DSK_MLA32_OFF_RAW(F);
   uint8_t *kvh = smem + DSK_MLA32_OFF_KVH(F);
   float *sc = reinterpret_cast<float *>(smem + DSK_MLA32_OFF_SC(F));
   float *ps = reinterpret_cast<float *>(smem + DSK_MLA32_OFF_PS(F));
-  float *alpha = reinterpret_cast<float *>(smem + DSK_MLA32_OFF_ALPHA_H(F, QKH));
-  float *fac = reinterpret_cast<float *>(smem + DSK_MLA32_OFF_FAC_H(F, QKH));
-  float *qscale = reinterpret_cast<float *>(smem + DSK_MLA32_OFF_QS_H(F, QKH));
-  int32_t *valid = reinterpret_cast<int32_t *>(smem + DSK_MLA32_OFF_VALID_H(F, QKH));
-  uint8_t *qrope = smem + DSK_MLA32_OFF_QR_H(F, QKH); /* with the QK halves only */
+  float *alpha = reinterpret_cast<float *>(smem + DSK_MLA32_OFF_ALPHA(F));
+  float *fac = reinterpret_cast<float *>(smem + DSK_MLA32_OFF_FAC(F));
+  float *qscale = reinterpret_cast<float *>(smem + DSK_MLA32_OFF_QS(F));
+  int32_t *valid = reinterpret_cast<int32_t *>(smem + DSK_MLA32_OFF_VALID(F));
+  uint8_t *qrope = smem + DSK_MLA32_OFF_QR(F); /* Format B only */
   constexpr int QRS = DSK_MLA32_QR_STRIDE;
 
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, q4 = lane & 3;
@@ -358,7 +374,7 @@ __global__ void __launch_bounds__(DSK_MLA32_THREADS, DSK_MLA32_MIN_BLOCKS) spars
   const int mt = warp & 1, nt = warp >> 1;
   const int qk_c0 = QKH ? 16 * (nt & 1) : 8 * nt; /* first candidate */
   const int qk_half = QKH ? nt >> 1 : 0;
-  uint32_t qr[4][4]; /* without the QK halves: rope A fragments of head tile mt */
+  uint32_t qr[4][4]; /* Format A: rope A fragments of head tile mt */
   if constexpr (!QKH) {
     const int row = 16 * mt + ((lane >> 3) & 1) * 8 + (lane & 7);
 #pragma unroll
@@ -428,16 +444,8 @@ __global__ void __launch_bounds__(DSK_MLA32_THREADS, DSK_MLA32_MIN_BLOCKS) spars
         k32_qk_tiles<F, 0, NT0>(qa_base, kb_base, sc, cand, sb);
       else
         k32_qk_tiles<F, NT0, C::NT>(qa_base, kb_base, sc, cand, sb);
-      const float qs0 = qscale[16 * mt + g], qs1 = qscale[16 * mt + g + 8];
-#pragma unroll
-      for (int j = 0; j < 2; j++) {
-        sb[j][0] *= qs0;
-        sb[j][1] *= qs0;
-        sb[j][2] *= qs1;
-        sb[j][3] *= qs1;
-      }
-      if (qk_half == 1) k32_qk_rope<KHS>(qr_base, kb_base + 2 * C::NOPE, sb); /* the rope dims: bf16, A from QR */
-      k32_store_scores(ps, qk_half, mt, g, cand, valid + vb, p.scale_log2, sb);
+      k32_qk_half_end<KHS>(ps, qscale, qr_base, kb_base + 2 * C::NOPE, qk_half, mt, g, cand, valid + vb, p.scale_log2,
+                           sb);
     } else {
       float s[4] = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll
@@ -482,7 +490,7 @@ __global__ void __launch_bounds__(DSK_MLA32_THREADS, DSK_MLA32_MIN_BLOCKS) spars
     __syncthreads(); /* B3: scores ready */
 
     /* ---- 3. softmax of head `shead`, candidates 4 sq .. 4 sq + 3 */
-    k32_softmax<DSK_MLA32_NPS_H(QKH)>(ps, alpha, shead, sq, m_run, l_run);
+    k32_softmax<DSK_MLA32_NPS(F)>(ps, alpha, shead, sq, m_run, l_run);
     __syncthreads(); /* B4: probabilities ready */
 
     /* ---- 4. PV: dims 64 warp .. + 63 of heads 0..31 */

@@ -422,17 +422,9 @@ __global__ void __launch_bounds__(DSK_MLA32_THREADS, RC ? DSK_MLA32_MIN_BLOCKS :
         else
           k32f8_qk_tiles<F, NT0, C::NT>(qh_base, ql_base, st + kb_off, st, cand, sb);
       }
-      const float qs0 = qscale[16 * mt + g], qs1 = qscale[16 * mt + g + 8];
-#pragma unroll
-      for (int j = 0; j < 2; j++) {
-        sb[j][0] *= qs0;
-        sb[j][1] *= qs0;
-        sb[j][2] *= qs1;
-        sb[j][3] *= qs1;
-      }
-      /* the rope dims: bf16, A from QR, B from the raw records */
-      if (qk_half == 1) k32_qk_rope<C::SREC>(qr_base, st + kb_off + C::ROPE, sb);
-      k32_store_scores(ps, qk_half, mt, g, cand, valid + vb, p.scale_log2, sb);
+      /* the rope dims' B from the raw records */
+      k32_qk_half_end<C::SREC>(ps, qscale, qr_base, st + kb_off + C::ROPE, qk_half, mt, g, cand, valid + vb,
+                               p.scale_log2, sb);
     }
     __syncthreads(); /* B2: scores ready */
 

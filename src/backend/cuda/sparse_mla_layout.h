@@ -76,27 +76,14 @@
 #define DSK_MLA32_OFF_KVH(f) (DSK_MLA32_OFF_RAW(f) + DSK_MLA_SUB * DSK_MLA_SREC(f))
 #define DSK_MLA32_OFF_SC(f) (DSK_MLA32_OFF_KVH(f) + DSK_MLA_SUB * DSK_MLA32_KVH_STRIDE(f))
 #define DSK_MLA32_OFF_PS(f) (DSK_MLA32_OFF_SC(f) + DSK_MLA32_NT(f) * DSK_MLA_SUB * 4)
-/* _H(f, h): the layout with QK over two dim halves (h = 1: two PS blocks
- * and the QR region) or over all dims (h = 0). Format B always uses the
- * halves; Format A uses them only in the sm_90 variant of
- * DSK_MLA32_A_HALVES (sparse_mla_plan.cuh), since their 9.7 KB do not fit
- * SM120's limit beside Format A's regions. */
-#define DSK_MLA32_NPS_H(h) ((h) ? 2 : 1) /* partial-score blocks in PS */
-#define DSK_MLA32_QR_STRIDE 144          /* bytes per Q rope row (64 bf16 + 16) */
-#define DSK_MLA32_OFF_ALPHA_H(f, h) (DSK_MLA32_OFF_PS(f) + DSK_MLA32_NPS_H(h) * DSK_MLA32_HEADS * DSK_MLA32_PS_STRIDE * 4)
-#define DSK_MLA32_OFF_FAC_H(f, h) (DSK_MLA32_OFF_ALPHA_H(f, h) + DSK_MLA32_HEADS * 4)
-#define DSK_MLA32_OFF_QS_H(f, h) (DSK_MLA32_OFF_FAC_H(f, h) + DSK_MLA32_HEADS * 4)
-#define DSK_MLA32_OFF_VALID_H(f, h) (DSK_MLA32_OFF_QS_H(f, h) + DSK_MLA32_HEADS * 4)
-#define DSK_MLA32_OFF_QR_H(f, h) (DSK_MLA32_OFF_VALID_H(f, h) + 2 * DSK_MLA_SUB * 4)
-#define DSK_MLA32_SMEM_BYTES_H(f, h) (DSK_MLA32_OFF_QR_H(f, h) + ((h) ? DSK_MLA32_HEADS * DSK_MLA32_QR_STRIDE : 0))
-/* the default layouts: halves for Format B only */
-#define DSK_MLA32_NPS(f) DSK_MLA32_NPS_H((f) == 2)
-#define DSK_MLA32_OFF_ALPHA(f) DSK_MLA32_OFF_ALPHA_H(f, (f) == 2)
-#define DSK_MLA32_OFF_FAC(f) DSK_MLA32_OFF_FAC_H(f, (f) == 2)
-#define DSK_MLA32_OFF_QS(f) DSK_MLA32_OFF_QS_H(f, (f) == 2)
-#define DSK_MLA32_OFF_VALID(f) DSK_MLA32_OFF_VALID_H(f, (f) == 2)
-#define DSK_MLA32_OFF_QR(f) DSK_MLA32_OFF_QR_H(f, (f) == 2)
-#define DSK_MLA32_SMEM_BYTES(f) DSK_MLA32_SMEM_BYTES_H(f, (f) == 2)
+#define DSK_MLA32_NPS(f) ((f) == 2 ? 2 : 1) /* partial-score blocks in PS */
+#define DSK_MLA32_QR_STRIDE 144              /* bytes per Q rope row (64 bf16 + 16) */
+#define DSK_MLA32_OFF_ALPHA(f) (DSK_MLA32_OFF_PS(f) + DSK_MLA32_NPS(f) * DSK_MLA32_HEADS * DSK_MLA32_PS_STRIDE * 4)
+#define DSK_MLA32_OFF_FAC(f) (DSK_MLA32_OFF_ALPHA(f) + DSK_MLA32_HEADS * 4)
+#define DSK_MLA32_OFF_QS(f) (DSK_MLA32_OFF_FAC(f) + DSK_MLA32_HEADS * 4)
+#define DSK_MLA32_OFF_VALID(f) (DSK_MLA32_OFF_QS(f) + DSK_MLA32_HEADS * 4)
+#define DSK_MLA32_OFF_QR(f) (DSK_MLA32_OFF_VALID(f) + 2 * DSK_MLA_SUB * 4)
+#define DSK_MLA32_SMEM_BYTES(f) (DSK_MLA32_OFF_QR(f) + ((f) == 2 ? DSK_MLA32_HEADS * DSK_MLA32_QR_STRIDE : 0))
 
 /* ---- the FAST form of the 32-head kernel (sparse_mla_k32f8.cuh): the
  * same 8 warps and 32 heads, but Q.K and P.V are e4m3 MMAs on the raw cache

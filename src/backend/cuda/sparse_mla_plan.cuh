@@ -36,16 +36,6 @@ int64_t workspace_bytes(const dsk_sparse_mla_desc *d, int splits) {
   return splits <= 1 ? 0 : d->T * d->H * (int64_t)splits * (512 + 1) * 4;
 }
 
-/* DSK_MLA32_A_HALVES (compile time, default 0): 1 runs Format A's 32-head
- * kernel with QK over two dim halves (as Format B's: each Q fragment feeds
- * two MMAs; 107,648 B of shared memory) on the cuda-sm90 table; SM120's
- * limit does not hold it, so cuda-sm120 keeps the full-reduction QK. Acts
- * only with DSK_MLA32_REGCVT=0; on the H200 it gave 0.88x at T 128 against
- * v10r's 0.73x, so it stays off (docs/benchmarks.md, eighth session). */
-#ifndef DSK_MLA32_A_HALVES
-#define DSK_MLA32_A_HALVES 0
-#endif
-
 /* DSK_MLA32_REGCVT (compile time, default 1): 1 runs the ACCURATE 32-head
  * calls on both tables with the raw-record kernel's ACCURATE form
  * (sparse_mla_k32f8.cuh, RC: no conversion phase and no f16 stage, e4m3
@@ -59,10 +49,8 @@ int64_t workspace_bytes(const dsk_sparse_mla_desc *d, int splits) {
 
 /* One call's launch: the parameters, the split kernel (wide = 32 heads;
  * fp8 = its FAST form; w8 = the 16-head kernel with 8 warps, for
- * single-wave grids; qkh = the 32-head kernel's QK over dim halves), its
- * grid and shared memory, and the combine form (combine_batch 0 = two-pass,
- * else the batched kernel's B). a_halves_ok: the backend may run Format A
- * with the QK halves (cuda-sm90 with DSK_MLA32_A_HALVES). rc_ok: ACCURATE
+ * single-wave grids), its grid and shared memory, and the combine form
+ * (combine_batch 0 = two-pass, else the batched kernel's B). rc_ok: ACCURATE
  * 32-head calls run the raw-record kernel's ACCURATE form (DSK_MLA32_REGCVT;
  * lp.rc). fp8_ok: the
  * backend runs FAST calls with e4m3 MMAs (cuda-sm120, where they are
@@ -71,13 +59,13 @@ int64_t workspace_bytes(const dsk_sparse_mla_desc *d, int splits) {
  * it. */
 struct LaunchPlan {
   Params p;
-  bool wide, fp8, rc, qkh, w8, single_wave;
+  bool wide, fp8, rc, w8, single_wave;
   int64_t blocks_x;
   int smem, combine_batch;
 };
 template <int F>
 LaunchPlan launch_plan(const dsk_sparse_mla_desc *d, const dsk_tactic *tc, int64_t sm_count, bool fp8_ok,
-                       bool a_halves_ok, bool rc_ok) {
+                       bool rc_ok) {
   LaunchPlan lp;
   Params &p = lp.p;
   memset(&p, 0, sizeof p);
@@ -114,7 +102,6 @@ LaunchPlan launch_plan(const dsk_sparse_mla_desc *d, const dsk_tactic *tc, int64
   lp.wide = hpc == DSK_MLA32_HEADS;
   lp.fp8 = lp.wide && fp8_ok && d->precision == DSK_PRECISION_FAST;
   lp.rc = lp.wide && !lp.fp8 && rc_ok;
-  lp.qkh = lp.wide && !lp.fp8 && !lp.rc && (F == 2 || a_halves_ok);
   p.nhg = (int)((d->H + hpc - 1) / hpc);
   p.counters = (unsigned long long *)d->counters;
   if (p.splits > 1) {
@@ -125,7 +112,7 @@ LaunchPlan launch_plan(const dsk_sparse_mla_desc *d, const dsk_tactic *tc, int64
   lp.single_wave = lp.blocks_x * p.splits <= sm_count;
   lp.w8 = !lp.wide && lp.single_wave;
   lp.smem = lp.fp8 || lp.rc ? DSK_MLA32F8_SMEM_BYTES(F)
-            : lp.wide ? DSK_MLA32_SMEM_BYTES_H(F, lp.qkh)
+            : lp.wide ? DSK_MLA32_SMEM_BYTES(F)
             : lp.w8   ? DSK_MLA_SMEM_BYTES_W(F, DSK_MLA_WARPS8)
                       : DSK_MLA_SMEM_BYTES(F);
   lp.combine_batch = !lp.single_wave ? 0 : p.splits <= 2 ? 2 : p.splits <= 4 ? 4 : 8;
