@@ -354,6 +354,7 @@ static void test_scenes(void) {
       {"odd pbs 12, 5 heads, truncated", 8, 5, 1, 12, 3, 1500, 0, 300, 10, 5, 15, 15, 1, 0},
       {"pbs 1, ratio 4", 5, 3, 4, 1, 2, 300, 0, 40, 5, 5, 10, 10, 0, 0},
       {"prefill chunk", 16, 8, 1, 16, 1, 5000, 0, 1000, 2, 2, 0, 10, 0, 1},
+      {"pbs 48 (16-entry tiles, not a power of two)", 6, 16, 1, 48, 3, 3000, 0, 512, 3, 2, 5, 10, 1, 0},
       {"heads 128, K 1", 3, 128, 1, 64, 2, 700, 0, 1, 0, 0, 0, 0, 0, 0},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) scene_vs_oracle(&cases[i], 1000 + i);

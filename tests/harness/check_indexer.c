@@ -870,6 +870,7 @@ int dsk_check_indexer(dsk_ctx *ctx, const dsk_check_opts *o, tu_counts *c) {
       {"glm-like short", 3, 32, 1, 64, 2, 700, 0, 2048, 0, 0, 0, 0, 0, 0},
       {"odd shapes", 7, 5, 1, 12, 3, 900, 0, 100, 10, 5, 15, 15, 1, 0},
       {"prefill chunk", 9, 8, 4, 16, 1, 2000, 0, 128, 2, 2, 0, 10, 0, 1},
+      {"pbs 48", 6, 64, 1, 48, 3, 2500, 0, 512, 3, 2, 5, 10, 1, 0},
   };
   static const dsk_idx_case full_cases[] = {
       {"v3.2 32K", 8, 64, 1, 64, 4, 32768, 0, 2048, 1, 1, 5, 10, 0, 0},

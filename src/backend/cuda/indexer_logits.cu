@@ -20,10 +20,13 @@
  *    once per 32-head group). e4m3 products are exact in fp32, so the only
  *    rounding is the fp32 accumulation.
  *  - Each warp stages its own m-tiles through a 5-deep ring: one
- *    cp.async.bulk per block-table run (a 2 KB copy for 64-entry pages),
- *    completion on the warp's mbarrier of the buffer, and 16 scales by
- *    cp.async. No block-wide barrier in the main loop. Records are stored
- *    unpadded (the fragment loads have a 2-way bank conflict).
+ *    cp.async.bulk per block-table run, completion on the warp's mbarrier
+ *    of the buffer, and 16 scales by cp.async. Pages of a multiple of 16
+ *    entries (TILE, e.g. the models' 64) put every m-tile in one page: lane
+ *    0 alone issues a 2 KB bulk copy of the records and a 64-byte one of
+ *    the scales (v4; the general per-lane run search took a third of the
+ *    warps' time). No block-wide barrier in the main loop. Records are
+ *    stored unpadded (the fragment loads have a 2-way bank conflict).
  *  - The 128 dims are permuted identically in A and B (quad member c owns
  *    record bytes 32c..32c+31). Then relu(x) (max.NaN: NaN propagates),
  *    times w * q_scale of the column's head, summed over the heads
@@ -207,12 +210,54 @@ __device__ __forceinline__ int lg_issue(const LogitsParams &p, uint8_t *s_key, f
   return __reduce_add_sync(kFull, miss) * (lane == 0 ? 1 : 0);
 }
 
+/* lg_issue for pages of a multiple of 16 entries (p.tile16): an m-tile
+ * (16-aligned) then lies in one page, so lane 0 alone issues it: one 2 KB
+ * bulk copy of its 16 records and one 64-byte bulk copy of their scales,
+ * both completing on the warp's mbarrier of the buffer. The copies cover
+ * the whole 16-entry window of the page even when fewer candidates remain
+ * (the extra rows only reach their own MMA rows, which are not stored); a
+ * missing page copies nothing (its scores are -inf). Returns the missing
+ * candidates on lane 0, 0 on the other lanes. */
+__device__ __forceinline__ int lg_issue_tile(const LogitsParams &p, uint8_t *s_key, float *s_ks, uint64_t *s_bar,
+                                             const int *s_bt, uint32_t b0, int64_t s_lo, int64_t e, int buf) {
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int slot = buf * kLWarps + warp;
+  int miss = 0;
+  if (lane == 0) {
+    bool copied = false;
+    if (s_lo < e) {
+      const uint32_t b = lg_block(p, (uint32_t)s_lo);
+      const uint32_t bi = b - b0;
+      const int page = bi < (uint32_t)kBtCap ? s_bt[bi] : -1;
+      if (page >= 0) {
+        const uint8_t *pg = p.base + (int64_t)page * p.page_stride;
+        const int64_t r = s_lo - (int64_t)b * p.pbs; /* a multiple of 16, r + 16 <= pbs */
+        mbar_arrive_tx(&s_bar[slot], 16u * kRec + 64u);
+        bulk_g2s(s_key + (int64_t)slot * 16 * kRec, pg + r * kRec, 16u * kRec, &s_bar[slot]);
+        bulk_g2s(s_ks + slot * 16, pg + (int64_t)kRec * p.pbs + 4 * r, 64u, &s_bar[slot]);
+        copied = true;
+      } else {
+        miss = (int)(e - s_lo < 16 ? e - s_lo : 16);
+      }
+    }
+    if (!copied) mbar_arrive(&s_bar[slot]);
+  }
+  return miss;
+}
+
+template <bool TILE>
+__device__ __forceinline__ int lg_issue_any(const LogitsParams &p, uint8_t *s_key, float *s_ks, uint64_t *s_bar,
+                                            const int *s_bt, uint32_t b0, int64_t s_lo, int64_t e, int buf) {
+  if constexpr (TILE) return lg_issue_tile(p, s_key, s_ks, s_bar, s_bt, b0, s_lo, e, buf);
+  else return lg_issue(p, s_key, s_ks, s_bar, s_bt, b0, s_lo, e, buf);
+}
+
 /* Scores of rows t (blockIdx.y, + gridDim.y ...) over candidates
  * [c0, c0 + chunk) for the heads of one pass; NT = n-tiles of 8 heads per
  * warp (8: 64 heads, 4: 32 heads). Every warp scores its own m-tile of each
  * stage for all heads of the pass and stages its own records, so the main
  * loop has no block-wide barrier. */
-template <int NT>
+template <int NT, bool TILE>
 __global__ void __launch_bounds__(kLThreads, NT == 8 ? 1 : 2) indexer_logits_kernel(const LogitsParams p) {
   extern __shared__ __align__(16) uint8_t smem[];
   uint8_t *s_key = smem;
@@ -290,8 +335,8 @@ __global__ void __launch_bounds__(kLThreads, NT == 8 ? 1 : 2) indexer_logits_ker
 #pragma unroll 1
     for (int st = 0; st < kNBuf - 1; st++) {
       if (st < nst)
-        miss += lg_issue(p, s_key, s_ks, s_bar, s_bt, b0, c0 + (int64_t)st * kStage + 16 * warp, e,
-                         (int)((gs + (uint32_t)st) % kNBuf));
+        miss += lg_issue_any<TILE>(p, s_key, s_ks, s_bar, s_bt, b0, c0 + (int64_t)st * kStage + 16 * warp, e,
+                                   (int)((gs + (uint32_t)st) % kNBuf));
       dsk_ptx::cp_async_commit();
     }
 #pragma unroll 1
@@ -299,15 +344,17 @@ __global__ void __launch_bounds__(kLThreads, NT == 8 ? 1 : 2) indexer_logits_ker
       /* refill the buffer of stage i - 1 (this warp finished reading it) */
       __syncwarp();
       if (i + kNBuf - 1 < nst)
-        miss += lg_issue(p, s_key, s_ks, s_bar, s_bt, b0, c0 + (int64_t)(i + kNBuf - 1) * kStage + 16 * warp, e,
-                         (int)((gs + (uint32_t)(i + kNBuf - 1)) % kNBuf));
+        miss += lg_issue_any<TILE>(p, s_key, s_ks, s_bar, s_bt, b0, c0 + (int64_t)(i + kNBuf - 1) * kStage + 16 * warp,
+                                   e, (int)((gs + (uint32_t)(i + kNBuf - 1)) % kNBuf));
       dsk_ptx::cp_async_commit();
       const uint32_t gi = gs + (uint32_t)i;
       const int buf = (int)(gi % kNBuf);
       const int slot = buf * kLWarps + warp;
-      mbar_wait(&s_bar[slot], (gi / kNBuf) & 1u); /* this m-tile's records landed */
-      dsk_ptx::cp_async_wait<kNBuf - 1>();       /* this lane's scale copy of stage i landed */
-      __syncwarp();                               /* ... and every lane's */
+      mbar_wait(&s_bar[slot], (gi / kNBuf) & 1u); /* this m-tile's records (TILE: and scales) landed */
+      if (!TILE) {
+        dsk_ptx::cp_async_wait<kNBuf - 1>(); /* this lane's scale copy of stage i landed */
+        __syncwarp();                         /* ... and every lane's */
+      }
       const int64_t s_lo = c0 + (int64_t)i * kStage + 16 * warp;
       if (s_lo < e) { /* warp-uniform */
         const uint8_t *kb = s_key + (int64_t)slot * 16 * kRec;
@@ -348,7 +395,8 @@ __global__ void __launch_bounds__(kLThreads, NT == 8 ? 1 : 2) indexer_logits_ker
             float v = tq == 0 ? sg : sh;
             if (!p.first) v += orow[s];
             if (p.last) {
-              const bool ok = lg_page(p, s_bt, b0, (uint32_t)s) >= 0;
+              /* TILE: the m-tile lies in one page */
+              const bool ok = lg_page(p, s_bt, b0, (uint32_t)(TILE ? s_lo : s)) >= 0;
               v = ok ? v * s_ks[slot * 16 + row] : -INFINITY;
             }
             orow[s] = v;
@@ -445,7 +493,12 @@ extern "C" dsk_status dsk__cuda_indexer_logits(dsk_ctx *ctx, const dsk_indexer_l
     p.nh = p.H - h0 < kPassHeads ? p.H - h0 : kPassHeads;
     p.first = h0 == 0;
     p.last = h0 + kPassHeads >= p.H;
-    void (*kern)(const LogitsParams) = p.nh <= 32 ? indexer_logits_kernel<4> : indexer_logits_kernel<8>;
+    /* pages of a multiple of 16 entries: every 16-aligned m-tile lies in one
+     * page (lg_issue_tile) */
+    const bool tile16 = p.pbs % 16 == 0;
+    void (*kern)(const LogitsParams) =
+        p.nh <= 32 ? (tile16 ? indexer_logits_kernel<4, true> : indexer_logits_kernel<4, false>)
+                   : (tile16 ? indexer_logits_kernel<8, true> : indexer_logits_kernel<8, false>);
     DSK_CUDA_TRY("indexer_logits", cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     int per_sm = 1;
     if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kern, kLThreads, (size_t)smem) != cudaSuccess) {
