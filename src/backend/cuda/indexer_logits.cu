@@ -339,6 +339,12 @@ __global__ void __launch_bounds__(kLThreads, NT == 8 ? 1 : 2) indexer_logits_ker
                                    (int)((gs + (uint32_t)st) % kNBuf));
       dsk_ptx::cp_async_commit();
     }
+    /* Each stage finishes right after its MMAs. What the finish needs from
+     * shared memory besides the MMA inputs (this lane's key scale and, TILE,
+     * the m-tile's page validity) is read before the MMAs. (A software
+     * pipeline that issued stage i's MMAs before stage i - 1's finish, with
+     * two sets of accumulators, measured 1.03x slower at 64 heads and 1.09x
+     * at 32: docs/benchmarks.md, "Indexer v4".) */
 #pragma unroll 1
     for (int i = 0; i < nst; i++) {
       /* refill the buffer of stage i - 1 (this warp finished reading it) */
@@ -356,52 +362,51 @@ __global__ void __launch_bounds__(kLThreads, NT == 8 ? 1 : 2) indexer_logits_ker
         __syncwarp();                         /* ... and every lane's */
       }
       const int64_t s_lo = c0 + (int64_t)i * kStage + 16 * warp;
-      if (s_lo < e) { /* warp-uniform */
-        const uint8_t *kb = s_key + (int64_t)slot * 16 * kRec;
-        float acc[NT][4];
+      if (s_lo >= e) continue; /* warp-uniform */
+      const float ksc = s_ks[slot * 16 + g + 8 * (tq & 1)];
+      const bool tok = TILE && p.last && lg_page(p, s_bt, b0, (uint32_t)s_lo) >= 0;
+      const uint8_t *kb = s_key + (int64_t)slot * 16 * kRec;
+      float acc[NT][4];
 #pragma unroll
-        for (int nt = 0; nt < NT; nt++) acc[nt][0] = acc[nt][1] = acc[nt][2] = acc[nt][3] = 0.f;
+      for (int nt = 0; nt < NT; nt++) acc[nt][0] = acc[nt][1] = acc[nt][2] = acc[nt][3] = 0.f;
 #pragma unroll
-        for (int half = 0; half < 2; half++) {
-          const int off = 32 * tq + 16 * half;
-          const uint4 x = *reinterpret_cast<const uint4 *>(kb + g * kRec + off);
-          const uint4 y = *reinterpret_cast<const uint4 *>(kb + (g + 8) * kRec + off);
+      for (int half = 0; half < 2; half++) {
+        const int off = 32 * tq + 16 * half;
+        const uint4 x = *reinterpret_cast<const uint4 *>(kb + g * kRec + off);
+        const uint4 y = *reinterpret_cast<const uint4 *>(kb + (g + 8) * kRec + off);
 #pragma unroll
-          for (int kq = 0; kq < 4; kq++) {
-            const int kk = 4 * half + kq;
-            uint32_t a[4];
-            dsk_ptx::e4m3x4_to_f16x2x2(u4_word(x, kq), a[0], a[2]); /* row g: dims 2tq,2tq+1 | 2tq+8,2tq+9 */
-            dsk_ptx::e4m3x4_to_f16x2x2(u4_word(y, kq), a[1], a[3]); /* row g + 8 */
+        for (int kq = 0; kq < 4; kq++) {
+          const int kk = 4 * half + kq;
+          uint32_t a[4];
+          dsk_ptx::e4m3x4_to_f16x2x2(u4_word(x, kq), a[0], a[2]); /* row g: dims 2tq,2tq+1 | 2tq+8,2tq+9 */
+          dsk_ptx::e4m3x4_to_f16x2x2(u4_word(y, kq), a[1], a[3]); /* row g + 8 */
 #pragma unroll
-            for (int nt = 0; nt < NT; nt++) dsk_ptx::mma_f16(acc[nt], a, bq[nt][2 * kk], bq[nt][2 * kk + 1]);
-          }
+          for (int nt = 0; nt < NT; nt++) dsk_ptx::mma_f16(acc[nt], a, bq[nt][2 * kk], bq[nt][2 * kk + 1]);
         }
-        /* columns 2tq, 2tq + 1 of n-tile nt are heads 8nt + 2tq + {0, 1} of the pass */
-        float sg = 0.f, sh = 0.f;
-#pragma unroll
-        for (int nt = 0; nt < NT; nt++) {
-          const float2 wv = *reinterpret_cast<const float2 *>(s_wq + 8 * nt + 2 * tq);
-          sg += ix_relu(acc[nt][0]) * wv.x + ix_relu(acc[nt][1]) * wv.y;
-          sh += ix_relu(acc[nt][2]) * wv.x + ix_relu(acc[nt][3]) * wv.y;
+      }
+      /* columns 2tq, 2tq + 1 of n-tile nt are heads 8nt + 2tq + {0, 1} of the pass */
+      float sg = 0.f, sh = 0.f;
+  #pragma unroll
+      for (int nt = 0; nt < NT; nt++) {
+        const float2 wv = *reinterpret_cast<const float2 *>(s_wq + 8 * nt + 2 * tq);
+        sg += ix_relu(acc[nt][0]) * wv.x + ix_relu(acc[nt][1]) * wv.y;
+        sh += ix_relu(acc[nt][2]) * wv.x + ix_relu(acc[nt][3]) * wv.y;
+      }
+      sg += __shfl_xor_sync(kFull, sg, 1);
+      sh += __shfl_xor_sync(kFull, sh, 1);
+      sg += __shfl_xor_sync(kFull, sg, 2);
+      sh += __shfl_xor_sync(kFull, sh, 2);
+      const int row = g + 8 * tq; /* tq 0: row g, tq 1: row g + 8 */
+      const int64_t s = s_lo + row;
+      if (tq < 2 && s < e) {
+        float v = tq == 0 ? sg : sh;
+        if (!p.first) v += orow[s];
+        if (p.last) {
+          /* TILE: the m-tile lies in one page */
+          const bool ok = TILE ? tok : lg_page(p, s_bt, b0, (uint32_t)s) >= 0;
+          v = ok ? v * ksc : -INFINITY;
         }
-        sg += __shfl_xor_sync(kFull, sg, 1);
-        sh += __shfl_xor_sync(kFull, sh, 1);
-        sg += __shfl_xor_sync(kFull, sg, 2);
-        sh += __shfl_xor_sync(kFull, sh, 2);
-        if (tq < 2) {
-          const int row = g + 8 * tq; /* tq 0: row g, tq 1: row g + 8 */
-          const int64_t s = s_lo + row;
-          if (s < e) {
-            float v = tq == 0 ? sg : sh;
-            if (!p.first) v += orow[s];
-            if (p.last) {
-              /* TILE: the m-tile lies in one page */
-              const bool ok = lg_page(p, s_bt, b0, (uint32_t)(TILE ? s_lo : s)) >= 0;
-              v = ok ? v * s_ks[slot * 16 + row] : -INFINITY;
-            }
-            orow[s] = v;
-          }
-        }
+        orow[s] = v;
       }
     }
     gs += (uint32_t)nst;
