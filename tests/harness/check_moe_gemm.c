@@ -451,6 +451,10 @@ int check_gemm_tactics(dsk_ctx *ctx, dsk_ctx *ref, int same, const dsk_check_opt
       {"fp8xfp4 A64", 1, 0, 384, 384, 4, 64, {5, 0, 70, 1}, 0, 0},
       {"fp8xfp4 A128 one expert", 1, 0, 256, 512, 3, 128, {0, 0, 200}, 0, 1},
       {"fp8xfp4 A128 unaligned A", 1, 0, 128, 256, 2, 128, {17, 129}, 8, 0},
+      /* K / 128 odd: split 1, so BLOCK_M 64 runs the skinny kernel, here with a
+       * 3-deep (K 7296) and a 2-deep (K 8576) weight ring at BLOCK_N 128 */
+      {"fp8xfp4 A64 K 7296", 1, 0, 256, 7296, 2, 64, {3, 9}, 0, 0},
+      {"fp8xfp4 A64 K 8576", 1, 0, 128, 8576, 2, 64, {1, 70}, 0, 0},
       {"fp8xfp8 A64", 0, 0, 384, 384, 4, 64, {3, 64, 0, 65}, 0, 0},
       {"fp8xfp8 A128 bad block", 0, 0, 256, 256, 2, 128, {129, 7}, 0, 1},
       {"dense M 1", 0, 1, 384, 256, 1, 1, {0}, 0, 0},

@@ -90,6 +90,12 @@
 #ifndef DSK_MOE_MMA
 #define DSK_MOE_MMA 0
 #endif
+/* DSK_MOE_SKINNY (compile-time; default 1): grouped MXFP4 calls at BLOCK_M 64
+ * and split 1 run the decode-shaped kernel of moe_gemm_skinny.cuh; 0 keeps
+ * them on the tiled kernel (the A/B baseline). */
+#ifndef DSK_MOE_SKINNY
+#define DSK_MOE_SKINNY 1
+#endif
 #if defined(__CUDA_ARCH__) && (DSK_MOE_MMA == 2 || (DSK_MOE_MMA == 0 && __CUDA_ARCH__ < 1000))
 #define DSK_MOE_F16 1
 #else
@@ -705,6 +711,8 @@ dsk_status launch_tiled(const dsk_ctx *ctx, const GemmArgs &a, cudaStream_t s, c
   return DSK_STATUS_OK;
 }
 
+#include "moe_gemm_skinny.cuh"
+
 template <bool MX, bool F16>
 dsk_status launch_bn(const dsk_ctx *ctx, const GemmArgs &a, cudaStream_t s, int bm, int bn, const char *what) {
   /* BLOCK_M 16 / 32 exist for the dense GEMM only (FP8) */
@@ -804,6 +812,7 @@ extern "C" dsk_status dsk__cuda_moe_gemm(dsk_ctx *ctx, const dsk_moe_gemm_desc *
   a.counters = (unsigned long long *)d->counters;
   split_setup(&a, t, d->workspace);
   if (!aligned16(d->A) || (d->A_stride & 15) != 0 || !aligned16(d->B)) return launch_simple(a, s, mx, what);
+  if (mx && skinny_fits(ctx, a, bm, bn)) return bn == 64 ? launch_skinny<4>(ctx, a, s, what) : launch_skinny<8>(ctx, a, s, what);
   return mx ? launch_path<true>(ctx, a, s, bm, bn, what) : launch_path<false>(ctx, a, s, bm, bn, what);
 }
 
