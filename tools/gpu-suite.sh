@@ -2,7 +2,7 @@
 # GPU suite: build with CUDA, then the backend-vs-reference harness on the
 # GPU (both backend tables), compute-sanitizer, the demo, the benchmarks
 # and the warmup timing. Logs go to $OUT (or /tmp/dsk-gpu). Usage:
-#   tools/gpu-suite.sh [build|check|sanitize|demo|bench|tune|all|ab-regcvt]...
+#   tools/gpu-suite.sh [build|check|sanitize|demo|bench|tune|all|ab-regcvt|ab-skinny]...
 set -uo pipefail
 OUT=${OUT:-/tmp/dsk-gpu}
 mkdir -p "$OUT"
@@ -60,11 +60,22 @@ for what in "${@:-all}"; do
     demo|all)
       run demo "$B/dsk" demo --device cuda:0 ;;&
     bench|all)
+      run ceilings "$B/dsk-ceilings"
       run bench "$B/dsk" bench sparse-mla --device cuda:0
       run bench_fast_sm120 env DSK_TEST_AS_SM120=1 "$B/dsk" bench sparse-mla --device cuda:0 --fast --t 128
       run bench_mhc "$B/dsk" bench mhc --device cuda:0
       run bench_indexer "$B/dsk" bench indexer --device cuda:0
       run bench_moe "$B/dsk" bench moe --device cuda:0 ;;&
+    ab-skinny)
+      # not part of `all`: the routed MoE GEMMs at BLOCK_M 64 on the tiled
+      # kernel (-DDSK_MOE_SKINNY=0) against the default build (the skinny one)
+      run cmake_sk0 cmake -S . -B "$B-sk0" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES="$ARCHS" \
+        -DCMAKE_CUDA_FLAGS=-DDSK_MOE_SKINNY=0 ${DSK_CMAKE_FLAGS:-} &&
+        run build_sk0 cmake --build "$B-sk0" -j "$(nproc)" --target dsk_cli &&
+        for i in 1 2; do
+          run bench_moe_base_$i env DSK_AUTOTUNE=0 DSK_AUTOTUNE_CACHE=off "$B-sk0/dsk" bench moe --device cuda:0 --max-t 128
+          run bench_moe_skinny_$i env DSK_AUTOTUNE=0 DSK_AUTOTUNE_CACHE=off "$B/dsk" bench moe --device cuda:0 --max-t 128
+        done ;;&
     ab-regcvt)
       # not part of `all`: the earlier 32-head kernel with its f16 stage in
       # shared memory (-DDSK_MLA32_REGCVT=0) against the default build (the
