@@ -50,17 +50,17 @@ struct KindInfo {
 const KindInfo kInfo[K_COUNT] = {
     {"mma f16 m16n8k16", kChains, 4096, "MMA"},
     {"mma bf16 m16n8k16", kChains, 4096, "MMA"},
-    {"mma e4m3 m16n8k32 (A changes, 4 IADD)", kChains, 8192, "MMA"},
+    {"mma e4m3 m16n8k32 (operands change, 6 IADD)", kChains, 8192, "MMA"},
     {"mma e4m3 m16n8k32 (constant operands)", kChains, 8192, "MMA"},
     {"cvt e4m3x2->f16x2 (F2FP)", kChains, 0, "cvt"},
     {"e4m3x2->f16x2 by PRMT/SHF/LOP3", kChains, 0, "cvt"},
-    {"ffma", kChains, 0, "FFMA"},
-    {"lop3", kChains, 0, "LOP3"},
-    {"8 f16 mma + 4 F2FP", kChains, 4096, "MMA"},
-    {"8 f16 mma + 8 F2FP", kChains, 4096, "MMA"},
-    {"8 f16 mma + 16 F2FP", kChains, 4096, "MMA"},
-    {"8 f16 mma + 8 integer cvt", kChains, 4096, "MMA"},
-    {"8 f16 mma + 4 F2FP + 4 integer cvt", kChains, 4096, "MMA"},
+    {"ffma", 4 * kChains, 0, "FFMA"},
+    {"lop3", 4 * kChains, 0, "LOP3"},
+    {"8 f16 mma + 4 F2FP + 8 VIADD", kChains, 4096, "MMA"},
+    {"8 f16 mma + 8 F2FP + 8 VIADD", kChains, 4096, "MMA"},
+    {"8 f16 mma + 16 F2FP + 8 SHF + 8 VIADD", kChains, 4096, "MMA"},
+    {"8 f16 mma + 8 int cvt + 8 VIADD", kChains, 4096, "MMA"},
+    {"8 f16 mma + 4 F2FP + 4 int cvt + 8 VIADD", kChains, 4096, "MMA"},
 };
 
 /* e4m3 pair (low 16 bits of w, low byte first) -> f16x2 times 2^-8,
@@ -104,21 +104,26 @@ __global__ void __launch_bounds__(kThreads) loop_kernel(int iters, uint32_t seed
 #pragma unroll
       for (int c = 0; c < kChains; c++) dsk_ptx::mma_bf16(acc[c], a, b0, b1);
     } else if (K == K_MMA_E4M3 || K == K_MMA_E4M3_CONST) {
-      /* every chain has its own A (the same A for all chains lets ptxas form
-       * A.B once and add it to each accumulator with FADDs, which measured
-       * 1158 "TFLOPS" here: not an MMA rate); K_MMA_E4M3 also changes it
-       * every iteration (one IADD per register), so the per-operand work of
-       * sm_90's expansion stays in the loop */
+      /* every chain has its own A and B (the same operands for all chains
+       * let ptxas form A.B once and add it to each accumulator with FADDs,
+       * which printed 1158 "TFLOPS" here: not an MMA rate). K_MMA_E4M3 also
+       * changes every operand register every iteration (6 IADD per MMA), so
+       * the conversions of sm_90's expansion (12 F2FP per MMA) stay in the
+       * loop; K_MMA_E4M3_CONST keeps them constant, so they leave it. */
 #pragma unroll
       for (int c = 0; c < kChains; c++) {
-        uint32_t ac[4] = {a[0] ^ (0x01000100u * (uint32_t)c), a[1] ^ (0x00010001u * (uint32_t)c), a[2], a[3] ^ (uint32_t)c};
+        const uint32_t cc = (uint32_t)c * 0x01010101u;
+        uint32_t ac[4] = {a[0] ^ cc, a[1] ^ (cc << 1), a[2] ^ (cc >> 1), a[3] ^ cc};
+        uint32_t bc0 = b0 ^ cc, bc1 = b1 ^ (cc << 1);
         if (K == K_MMA_E4M3) {
           ac[0] += (uint32_t)i;
           ac[1] += (uint32_t)i << 8;
           ac[2] += (uint32_t)i << 16;
           ac[3] += (uint32_t)i << 24;
+          bc0 += (uint32_t)i << 4;
+          bc1 += (uint32_t)i << 12;
         }
-        dsk_ptx::mma_fp8(acc[c], ac, b0, b1);
+        dsk_ptx::mma_fp8(acc[c], ac, bc0, bc1);
       }
     } else if (K == K_CVT_E4M3) {
 #pragma unroll
@@ -127,15 +132,21 @@ __global__ void __launch_bounds__(kThreads) loop_kernel(int iters, uint32_t seed
 #pragma unroll
       for (int c = 0; c < kChains; c++) x[c] = e4m3x2_to_f16x2_int(x[c]);
     } else if (K == K_FFMA) {
+      /* 4 steps per chain per iteration, so the loop's own 3 instructions
+       * (counter, compare, branch) do not cap the rate */
 #pragma unroll
-      for (int c = 0; c < kChains; c++) f[c] = fmaf(f[c], 0.999f, 1e-4f);
+      for (int u = 0; u < 4; u++)
+#pragma unroll
+        for (int c = 0; c < kChains; c++) f[c] = fmaf(f[c], 0.999f, 1e-4f);
     } else if (K == K_LOP3) {
 #pragma unroll
-      for (int c = 0; c < kChains; c++) {
-        uint32_t r;
-        asm volatile("lop3.b32 %0, %1, %2, %3, 0x96;\n" : "=r"(r) : "r"(x[c]), "r"(b0), "r"(b1));
-        x[c] = r;
-      }
+      for (int u = 0; u < 4; u++)
+#pragma unroll
+        for (int c = 0; c < kChains; c++) {
+          uint32_t r;
+          asm volatile("lop3.b32 %0, %1, %2, %3, 0x96;\n" : "=r"(r) : "r"(x[c]), "r"(b0), "r"(b1));
+          x[c] = r;
+        }
     } else {
       /* MMAs whose B operands are the conversions of this iteration */
       constexpr int ncvt = K == K_MIX_4 ? 4 : K == K_MIX_16 ? 16 : 8;
@@ -252,6 +263,14 @@ double e4m3_value(uint8_t v) {
     }                                                                                      \
   } while (0)
 
+/* resident warps per SM of loop kind K (its registers decide) */
+template <int K>
+int warps_per_sm() {
+  int b = 0;
+  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, loop_kernel<K>, kThreads, 0) != cudaSuccess) b = 0;
+  return b * kThreads / 32;
+}
+
 template <int K>
 double run_kind(int blocks, int iters, uint32_t *sink) {
   cudaEvent_t e0, e1;
@@ -275,6 +294,12 @@ double run_kind(int blocks, int iters, uint32_t *sink) {
 }
 
 typedef double (*RunFn)(int, int, uint32_t *);
+typedef int (*OccFn)();
+const OccFn kOcc[K_COUNT] = {warps_per_sm<K_HMMA_F16>,  warps_per_sm<K_HMMA_BF16>, warps_per_sm<K_MMA_E4M3>,
+                             warps_per_sm<K_MMA_E4M3_CONST>, warps_per_sm<K_CVT_E4M3>, warps_per_sm<K_CVT_INT>,
+                             warps_per_sm<K_FFMA>,      warps_per_sm<K_LOP3>,      warps_per_sm<K_MIX_4>,
+                             warps_per_sm<K_MIX_8>,     warps_per_sm<K_MIX_16>,    warps_per_sm<K_MIX_INT8>,
+                             warps_per_sm<K_MIX_SPLIT8>};
 const RunFn kRun[K_COUNT] = {run_kind<K_HMMA_F16>,  run_kind<K_HMMA_BF16>, run_kind<K_MMA_E4M3>, run_kind<K_MMA_E4M3_CONST>,
                              run_kind<K_CVT_E4M3>,  run_kind<K_CVT_INT>,   run_kind<K_FFMA>,     run_kind<K_LOP3>,
                              run_kind<K_MIX_4>,     run_kind<K_MIX_8>,     run_kind<K_MIX_16>,   run_kind<K_MIX_INT8>,
@@ -377,9 +402,10 @@ int main(int argc, char **argv) {
   printf("# dsk-ceilings: %s, sm_%d%d, %d SMs, SM clock %.0f MHz (clock64 vs globaltimer)\n", prop.name, prop.major,
          prop.minor, sms, mhz);
   printf("# integer e4m3x2->f16x2 conversion vs cvt.rn.f16x2.e4m3x2 on all finite pairs: %u mismatches\n", bad);
-  printf("# %d blocks x %d threads (%d warps per SM), %d chains per thread, best of 5 launches\n", 4 * sms, kThreads,
-         4 * kThreads / 32, kChains);
-  printf("%-40s %14s %12s\n", "loop", "per SM-clock", "TFLOPS");
+  printf("# %d blocks x %d threads (up to 32 warps per SM: the column 'warps/SM' gives what each loop's registers\n"
+         "# allow), %d chains per thread, best of 5 launches; per SM-clock = counted warp instructions per SM per clock\n",
+         4 * sms, kThreads, kChains);
+  printf("%-44s %14s %12s %9s\n", "loop", "per SM-clock", "TFLOPS", "warps/SM");
   const int blocks = 4 * sms, iters = 20000;
   for (int k = 0; k < K_COUNT; k++) {
     const double sec = kRun[k](blocks, iters, sink);
@@ -388,7 +414,7 @@ int main(int argc, char **argv) {
     const double per_clk = n / (sec * mhz * 1e6 * sms);
     char tf[32] = "-";
     if (kInfo[k].flop > 0) snprintf(tf, sizeof tf, "%.1f", n * kInfo[k].flop / sec * 1e-12);
-    printf("%-40s %10.3f %-3s %12s\n", kInfo[k].name, per_clk, kInfo[k].unit, tf);
+    printf("%-44s %10.3f %-3s %12s %9d\n", kInfo[k].name, per_clk, kInfo[k].unit, tf, kOcc[k]());
   }
   printf("# e4m3 MMA accumulation (2048 problems of 16 x 8 outputs each; fp32 rounding of K products ~ K x 6e-8 at worst)\n");
   run_probe<128>("random finite bytes", 0, 1u);
