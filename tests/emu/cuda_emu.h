@@ -245,6 +245,17 @@ inline int __all_sync(unsigned, int pred) {
   emu::warp_barrier();
   return r;
 }
+inline unsigned __ballot_sync(unsigned, int pred) {
+  emu::State &s = emu::st();
+  s.xch[s.cur][0] = pred != 0;
+  emu::warp_barrier();
+  unsigned r = 0;
+  for (int l = 0; l < 32; l++) r |= (unsigned)(s.xch[emu::wbase() + l][0] & 1) << l;
+  emu::warp_barrier();
+  return r;
+}
+inline void __syncwarp(unsigned = 0xffffffffu) { emu::warp_barrier(); }
+inline int __popc(unsigned x) { return __builtin_popcount(x); }
 template <typename T>
 inline T __ldg(const T *p) {
   return *p;
@@ -409,6 +420,12 @@ inline uint32_t hsub2_u32(uint32_t a, uint32_t b) {
          ((uint32_t)emu::f32_to_f16((float)(h(a, 1) - h(b, 1))) << 16);
 }
 inline void mma_bf16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) { mma_impl(c, a, b0, b1, true); }
+/* mul.rn.f16x2: the fp32 product of two f16 values is exact, so one rounding to f16 is the RNE product */
+inline uint32_t hmul2_u32(uint32_t a, uint32_t b) {
+  const uint16_t lo = emu::f32_to_f16(emu::f16_to_f32((uint16_t)a) * emu::f16_to_f32((uint16_t)b));
+  const uint16_t hi = emu::f32_to_f16(emu::f16_to_f32((uint16_t)(a >> 16)) * emu::f16_to_f32((uint16_t)(b >> 16)));
+  return (uint32_t)lo | ((uint32_t)hi << 16);
+}
 
 inline uint32_t pack_bf16(float lo, float hi) {
   return (uint32_t)emu::f32_to_bf16(lo) | ((uint32_t)emu::f32_to_bf16(hi) << 16);

@@ -111,10 +111,6 @@ namespace {
 
 constexpr int kSmemBudget = DSK_SM120_SMEM_LIMIT; /* 101376 bytes: every configuration fits SM120 */
 constexpr int kMaxStages = 8;
-/* MXFP4 products: factor that undoes the scaling of the e2m1 operands
- * (e4m3 path: B = e2m1 * 2^-6; f16 path: B = e2m1 * 2^-14, A = e4m3 * 2^7) */
-template <bool F16>
-constexpr float kMxFold = F16 ? 128.f : 64.f;
 
 /* ------------------------------------------------------------ PTX wrappers */
 __device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], uint32_t addr) {
@@ -141,16 +137,9 @@ __device__ __forceinline__ void mma_e4m3(float (&d)[4], const uint32_t (&a)[4], 
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
+#include "moe_gemm_frag.cuh"
+
 /* ------------------------------------------------------------ small helpers */
-/* UE8M0 weight decoder (spec §1.2): 2^(e-127); 0 -> 2^-127, 0xFF -> NaN. */
-__device__ __forceinline__ float ue8m0_exact(uint32_t e) {
-  uint32_t bits = e << 23;
-  bits = e == 0u ? 0x00400000u : bits;
-  bits = e == 0xFFu ? 0x7FC00000u : bits;
-  return __uint_as_float(bits);
-}
-/* DeepGEMM's trick (spec §1.2): 0 -> 0.0, 0xFF -> +Inf. */
-__device__ __forceinline__ float ue8m0_fast(uint32_t e) { return __uint_as_float(e << 23); }
 
 /* Four e2m1 codes in the low (high) nibbles of the bytes of x -> four e4m3
  * bytes of value * 2^-6. */
@@ -161,78 +150,9 @@ __device__ __forceinline__ uint32_t e2m1_hi_to_e4m3(uint32_t x) {
   return (x & 0x80808080u) | ((x >> 2) & 0x1C1C1C1Cu);
 }
 
-/* f16 path (DSK_MOE_F16). A (and FP8 B): eight e4m3 bytes x0..x7 (K values
- * 8t..8t+7 of the step) -> four f16x2 pairs (x0,x4) (x2,x6) | (x1,x5) (x3,x7):
- * operands (a0|a2 or b0|b1) of the two k16 MMAs of the step. For the MXFP4
- * product the A pairs are multiplied by 2^7 (exact: |e4m3| <= 448, 448 * 128
- * < 65504). */
-template <bool SCALE>
-__device__ __forceinline__ void a_frag_f16(const uint2 v, uint32_t &m0p0, uint32_t &m0p1, uint32_t &m1p0,
-                                           uint32_t &m1p1) {
-  dsk_ptx::e4m3x4_to_f16x2x2(__byte_perm(v.x, v.y, 0x6240), m0p0, m0p1);
-  dsk_ptx::e4m3x4_to_f16x2x2(__byte_perm(v.x, v.y, 0x7351), m1p0, m1p1);
-  if (SCALE) {
-    const uint32_t k128 = 0x58005800u; /* f16x2 (128, 128) */
-    asm("mul.rn.f16x2 %0, %0, %1;\n" : "+r"(m0p0) : "r"(k128));
-    asm("mul.rn.f16x2 %0, %0, %1;\n" : "+r"(m0p1) : "r"(k128));
-    asm("mul.rn.f16x2 %0, %0, %1;\n" : "+r"(m1p0) : "r"(k128));
-    asm("mul.rn.f16x2 %0, %0, %1;\n" : "+r"(m1p1) : "r"(k128));
-  }
-}
-/* MXFP4 B, f16 path: the word of eight codes (code 2b in the low, 2b+1 in the
- * high nibble of byte b) -> f16x2 pairs (c0,c4) (c2,c6) | (c1,c5) (c3,c7), each
- * code s.ee.m as the f16 bits s00000.ee.m000000000 = value * 2^-14 (exact,
- * subnormals included). The pair of nibbles at bits k..k+3 and k+16..k+19 of
- * w becomes ((w << (12 - k)) & 0x80008000) | ((w << (9 - k)) & 0x0E000E00). */
-__device__ __forceinline__ uint32_t e2m1_pair_f16(uint32_t hi12, uint32_t hi9) {
-  return (hi12 & 0x80008000u) | (hi9 & 0x0E000E00u);
-}
-__device__ __forceinline__ void b_frag_mx_f16(uint32_t w, uint32_t &m0p0, uint32_t &m0p1, uint32_t &m1p0,
-                                              uint32_t &m1p1) {
-  m0p0 = e2m1_pair_f16(w << 12, w << 9); /* nibbles at bits 0, 16: codes 0, 4 */
-  m0p1 = e2m1_pair_f16(w << 4, w << 1);  /* bits 8, 24: codes 2, 6 */
-  m1p0 = e2m1_pair_f16(w << 8, w << 5);  /* bits 4, 20: codes 1, 5 */
-  m1p1 = e2m1_pair_f16(w, w >> 3);       /* bits 12, 28: codes 3, 7 */
-}
-
-/* fp32 -> bf16 bits, round to nearest even; NaN -> quiet NaN. */
-__device__ __forceinline__ uint32_t f32_to_bf16(float x) {
-  uint32_t u = __float_as_uint(x);
-  if ((u & 0x7FFFFFFFu) > 0x7F800000u) return 0x7FC0u | ((u >> 16) & 0x8000u);
-  u += 0x7FFFu + ((u >> 16) & 1u);
-  return u >> 16;
-}
-
 /* Shared-memory byte offset of logical 16-byte chunk `ch` of row `r`. */
 __device__ __forceinline__ int swz128(int r, int ch) { return r * 128 + ((ch ^ ((r & 3) << 1)) << 4); }
 __device__ __forceinline__ int swz64(int r, int ch) { return r * 64 + ((ch ^ ((r >> 1) & 3)) << 4); }
-
-/* ------------------------------------------------------------ arguments */
-struct GemmArgs {
-  const uint8_t *A;
-  int64_t A_stride;          /* bytes */
-  const int32_t *sfa;        /* packed (G 1, MN rows, K/128) */
-  int64_t sfa_T4;            /* round_up(rows of sfa, 4) */
-  const int32_t *m_indices;  /* NULL: dense */
-  const uint8_t *B;          /* expert 0 */
-  int64_t B_row;             /* bytes per B row (K/2 or K) */
-  int64_t B_group;           /* bytes per expert (N * B_row) */
-  const int32_t *sfb;        /* packed (G, N, sf_k) */
-  int64_t sfb_T4;            /* round_up(N, 4) */
-  int64_t sfb_group;         /* words per group (Kp * T4) */
-  int64_t M;                 /* rows: M_sum (grouped) or M (dense) */
-  int64_t N;
-  int KT;                    /* K tiles of 128 per CTA: K / 128 / ksplit */
-  int ksplit;                /* split-K: CTAs per output tile, 1, 2 or 4 (grid z = m-block high part * ksplit + slice) */
-  float *part;               /* ksplit > 1: fp32 partials [ksplit, M, N] (workspace), else NULL */
-  int bm;                    /* BLOCK_M (simple kernel) */
-  int64_t E_local;
-  int64_t mblocks;           /* ceil(M / BLOCK_M) */
-  uint16_t *D;
-  int64_t D_stride;          /* elements */
-  int d_pair;                /* 4-byte stores of two bf16 allowed */
-  unsigned long long *counters;
-};
 
 /* ------------------------------------------------------------ configuration */
 template <int BM, int BN, bool MX, bool F16>
@@ -713,6 +633,48 @@ dsk_status launch_tiled(const dsk_ctx *ctx, const GemmArgs &a, cudaStream_t s, c
 
 #include "moe_gemm_skinny.cuh"
 
+template <int NW, int ST>
+dsk_status launch_skinny_st(const dsk_ctx *ctx, const GemmArgs &a, cudaStream_t s, const char *what) {
+  const int64_t smem = Sk<NW, ST>::smem((int64_t)a.KT * 128);
+  DSK_CUDA_TRY(what, cudaFuncSetAttribute(moe_gemm_skinny_kernel<NW, ST>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                          (int)smem));
+  const int64_t gy = a.mblocks < 65535 ? a.mblocks : 65535, gz = (a.mblocks + 65534) / 65535;
+  const dim3 grid(dsk__ceil_div_u(a.N, 16 * NW), (unsigned)gy, (unsigned)gz);
+  moe_gemm_skinny_kernel<NW, ST><<<grid, Sk<NW, ST>::THREADS, (size_t)smem, s>>>(a);
+  DSK_CUDA_LAUNCHED(what);
+  return DSK_STATUS_OK;
+}
+
+/* The deepest ring whose shared memory fits both the device's opt-in limit
+ * and SM120's (0: none, the call stays on the tiled kernel). */
+template <int NW>
+int skinny_stages(const dsk_ctx *ctx, int64_t K) {
+  const int64_t lim = dsk__cuda_state(ctx)->smem_optin < kSmemBudget ? dsk__cuda_state(ctx)->smem_optin : kSmemBudget;
+  if (Sk<NW, 4>::smem(K) <= lim) return 4;
+  if (Sk<NW, 3>::smem(K) <= lim) return 3;
+  if (Sk<NW, 2>::smem(K) <= lim) return 2;
+  return 0;
+}
+
+template <int NW>
+dsk_status launch_skinny(const dsk_ctx *ctx, const GemmArgs &a, cudaStream_t s, const char *what) {
+  const int st = skinny_stages<NW>(ctx, (int64_t)a.KT * 128);
+  if (st == 4) return launch_skinny_st<NW, 4>(ctx, a, s, what);
+  if (st == 3) return launch_skinny_st<NW, 3>(ctx, a, s, what);
+  return launch_skinny_st<NW, 2>(ctx, a, s, what);
+}
+
+/* The skinny kernel serves the call when it can: grouped MXFP4, BLOCK_M 64,
+ * split 1, BLOCK_N 64 or 128 (4 or 8 warps), and a ring of at least two K
+ * tiles next to the A rows (which grow with K) within the device's and
+ * SM120's shared memory. Returns false to leave the call to the tiled
+ * kernel. */
+bool skinny_fits(const dsk_ctx *ctx, const GemmArgs &a, int bm, int bn) {
+  if (!DSK_MOE_SKINNY || !a.m_indices || bm != 64 || a.ksplit != 1 || (bn != 64 && bn != 128)) return false;
+  const int64_t K = (int64_t)a.KT * 128;
+  return (bn == 64 ? skinny_stages<4>(ctx, K) : skinny_stages<8>(ctx, K)) > 0;
+}
+
 template <bool MX, bool F16>
 dsk_status launch_bn(const dsk_ctx *ctx, const GemmArgs &a, cudaStream_t s, int bm, int bn, const char *what) {
   /* BLOCK_M 16 / 32 exist for the dense GEMM only (FP8) */
@@ -785,31 +747,7 @@ extern "C" dsk_status dsk__cuda_moe_gemm(dsk_ctx *ctx, const dsk_moe_gemm_desc *
   DSK_CUDA_TRY(what, cudaSetDevice(dsk__cuda_state(ctx)->device));
   cudaStream_t s = dsk__cuda_stream(ctx, d->stream);
   const bool mx = d->b_fmt == DSK_MOE_W_MXFP4;
-  GemmArgs a;
-  a.A = d->A;
-  a.A_stride = d->A_stride;
-  a.sfa = d->sfa.words;
-  a.sfa_T4 = (d->M_sum + 3) / 4 * 4;
-  a.m_indices = d->m_indices;
-  a.B = (const uint8_t *)d->B;
-  a.B_row = mx ? d->K / 2 : d->K;
-  a.B_group = d->N * a.B_row;
-  a.sfb = d->sfb.words;
-  a.sfb_T4 = (d->N + 3) / 4 * 4;
-  {
-    const int64_t sf_k = mx ? d->K / 32 : d->K / 128;
-    a.sfb_group = (sf_k + 3) / 4 * a.sfb_T4;
-  }
-  a.M = d->M_sum;
-  a.N = d->N;
-  a.KT = (int)(d->K / 128);
-  a.bm = bm;
-  a.E_local = d->E_local;
-  a.mblocks = d->M_sum / bm;
-  a.D = d->D;
-  a.D_stride = d->D_stride;
-  a.d_pair = ((uintptr_t)d->D & 3u) == 0 && (d->D_stride & 1) == 0;
-  a.counters = (unsigned long long *)d->counters;
+  GemmArgs a = grouped_args(d, bm);
   split_setup(&a, t, d->workspace);
   if (!aligned16(d->A) || (d->A_stride & 15) != 0 || !aligned16(d->B)) return launch_simple(a, s, mx, what);
   if (mx && skinny_fits(ctx, a, bm, bn)) return bn == 64 ? launch_skinny<4>(ctx, a, s, what) : launch_skinny<8>(ctx, a, s, what);

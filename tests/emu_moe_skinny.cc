@@ -1,0 +1,229 @@
+/* emu_moe_skinny.cc - the decode-shaped grouped FP8 x MXFP4 GEMM of
+ * src/backend/cuda/moe_gemm_skinny.cuh, its exact source, run on the CPU
+ * through tests/emu/cuda_emu.h and checked against the cpu-ref backend's
+ * dsk_moe_gemm on the same inputs. Runs in CI, where there is no GPU: it
+ * proves the operand and scale layouts, the K order of the fragments, the
+ * scale folds, the live-row lists (groups of 8, rows anywhere in a block),
+ * the weight ring at every depth the launcher can pick (4, 3, 2), both warp
+ * counts, the skipped (-1) and bad-expert blocks with their counter, and
+ * that padding rows and stride gaps of D are never written. Not races or
+ * speed (compute-sanitizer and the benchmarks on a GPU).
+ *
+ * Data: e4m3 activations (padding rows NaN, which must not leak), random
+ * e2m1 weights, UE8M0 scales around 2^-8 .. 2^-4 (activations) and
+ * 2^-10 .. 2^-6 (weights); D pre-filled with 0xFFFF (bf16 NaN). */
+#include "emu/cuda_emu.h"
+
+#include "dsk.h"
+
+namespace {
+__attribute__((aligned(16))) uint8_t smem[128 * 1024];
+#include "backend/cuda/moe_gemm_frag.cuh"
+#include "backend/cuda/moe_gemm_skinny.cuh"
+}  // namespace
+
+namespace {
+
+struct Rng {
+  uint64_t s;
+  uint64_t next() {
+    s ^= s << 13;
+    s ^= s >> 7;
+    s ^= s << 17;
+    return s;
+  }
+  int range(int lo, int hi) { return lo + (int)(next() % (uint64_t)(hi - lo + 1)); }
+};
+
+int g_fail = 0;
+#define EXPECT(c, ...)                      \
+  do {                                      \
+    if (!(c)) {                             \
+      printf("FAIL: " __VA_ARGS__);         \
+      printf("\n");                         \
+      g_fail++;                             \
+    }                                       \
+  } while (0)
+
+/* packed UE8M0 words (MN-major, 4 K groups per word): byte of (g, mn, kg) */
+void put_sf(std::vector<int32_t> &w, int64_t MN, int64_t sf_k, int64_t g, int64_t mn, int64_t kg, uint8_t v) {
+  const int64_t Kp = (sf_k + 3) / 4, T4 = (MN + 3) / 4 * 4;
+  uint8_t *b = reinterpret_cast<uint8_t *>(w.data());
+  b[4 * (g * Kp * T4 + (kg / 4) * T4 + mn) + kg % 4] = v;
+}
+
+float bf16f(uint16_t b) { return emu::bf16_to_f32(b); }
+
+struct Case {
+  const char *name;
+  int nw, st;          /* warps (BLOCK_N / 16) and weight-ring depth */
+  int64_t N, K, EL;
+  /* per 64-row block: expert (-1 skipped, >= EL bad) and its live rows as a
+   * bit mask over the block's 64 rows (bit 0 must be set for a live block) */
+  int nblk;
+  int32_t expert[6];
+  uint64_t live[6];
+};
+
+bool run_case(dsk_ctx *cpu, const Case &c, uint64_t seed) {
+  Rng r{seed | 1};
+  const int64_t M = 64 * c.nblk, N = c.N, K = c.K, EL = c.EL;
+  const int64_t As = K + 16, Ds = N + 6, sfk_a = K / 128, sfk_b = K / 32;
+  std::vector<int32_t> mind((size_t)M, -1);
+  for (int b = 0; b < c.nblk; b++)
+    for (int i = 0; i < 64; i++)
+      if ((c.live[b] >> i) & 1u) mind[(size_t)(64 * b + i)] = c.expert[b];
+  std::vector<uint8_t> A((size_t)(M * As)), B((size_t)(EL * N * K / 2));
+  for (int64_t i = 0; i < M; i++)
+    for (int64_t k = 0; k < As; k++) {
+      uint8_t q = (uint8_t)r.next();
+      if ((q & 0x7F) == 0x7F) q = 0x38;
+      A[(size_t)(i * As + k)] = mind[(size_t)i] >= 0 ? q : 0x7F; /* padding rows: NaN, must not leak */
+    }
+  for (auto &b : B) b = (uint8_t)r.next();
+  std::vector<int32_t> sfa((size_t)dsk_sf_packed_words(1, M, sfk_a), 0), sfb((size_t)dsk_sf_packed_words(EL, N, sfk_b), 0);
+  for (int64_t i = 0; i < M; i++)
+    for (int64_t kg = 0; kg < sfk_a; kg++) put_sf(sfa, M, sfk_a, 0, i, kg, (uint8_t)r.range(119, 123));
+  for (int64_t e = 0; e < EL; e++)
+    for (int64_t n = 0; n < N; n++)
+      for (int64_t kg = 0; kg < sfk_b; kg++) put_sf(sfb, N, sfk_b, e, n, kg, (uint8_t)r.range(117, 121));
+  std::vector<uint16_t> Dx((size_t)(M * Ds), 0xFFFF), Dr((size_t)(M * Ds), 0xFFFF);
+  int64_t cnt_x = 0, cnt_r = 0;
+
+  dsk_moe_gemm_desc d;
+  memset(&d, 0, sizeof d);
+  d.struct_size = sizeof d;
+  d.M_sum = M;
+  d.N = N;
+  d.K = K;
+  d.E_local = EL;
+  d.A_used = 64;
+  d.A = A.data();
+  d.A_stride = As;
+  d.sfa.words = sfa.data();
+  d.sfa.groups = 1;
+  d.sfa.mn = M;
+  d.sfa.sf_k = sfk_a;
+  d.m_indices = mind.data();
+  d.b_fmt = DSK_MOE_W_MXFP4;
+  d.B = B.data();
+  d.sfb.words = sfb.data();
+  d.sfb.groups = EL;
+  d.sfb.mn = N;
+  d.sfb.sf_k = sfk_b;
+  d.D_stride = Ds;
+  d.tactic.op = DSK_OP_MOE_GEMM;
+  d.tactic.version = DSK_MOE_GEMM_TACTIC_VERSION;
+  d.tactic.v[0] = 64;
+  d.tactic.v[1] = 16 * c.nw;
+  d.tactic.v[2] = 1;
+
+  /* the kernel, as dsk__cuda_moe_gemm launches it */
+  d.D = reinterpret_cast<dsk_bf16 *>(Dx.data());
+  d.counters = &cnt_x;
+  const GemmArgs a = grouped_args(&d, 64);
+  const unsigned gx = (unsigned)((N + 16 * c.nw - 1) / (16 * c.nw)), gy = (unsigned)a.mblocks;
+  auto launch = [&](auto kern, size_t bytes) {
+    if (bytes > sizeof smem) {
+      printf("FAIL: %s: %zu B of shared memory > the emulation's %zu\n", c.name, bytes, sizeof smem);
+      g_fail++;
+      return;
+    }
+    emu::launch(gx, gy, 32 * c.nw, smem, bytes, [&] { kern(a); });
+  };
+  if (c.nw == 4 && c.st == 4) launch(moe_gemm_skinny_kernel<4, 4>, (size_t)Sk<4, 4>::smem(K));
+  else if (c.nw == 8 && c.st == 4) launch(moe_gemm_skinny_kernel<8, 4>, (size_t)Sk<8, 4>::smem(K));
+  else if (c.nw == 8 && c.st == 3) launch(moe_gemm_skinny_kernel<8, 3>, (size_t)Sk<8, 3>::smem(K));
+  else if (c.nw == 8 && c.st == 2) launch(moe_gemm_skinny_kernel<8, 2>, (size_t)Sk<8, 2>::smem(K));
+  else if (c.nw == 4 && c.st == 2) launch(moe_gemm_skinny_kernel<4, 2>, (size_t)Sk<4, 2>::smem(K));
+  else {
+    printf("FAIL: %s: no instantiation for %d warps, ring %d\n", c.name, c.nw, c.st);
+    g_fail++;
+    return false;
+  }
+
+  /* the reference */
+  d.D = reinterpret_cast<dsk_bf16 *>(Dr.data());
+  d.counters = &cnt_r;
+  dsk_plan_info pi;
+  memset(&pi, 0, sizeof pi);
+  pi.struct_size = sizeof pi;
+  dsk_status st = dsk_moe_gemm_plan(cpu, &d, &pi);
+  std::vector<uint8_t> ws((size_t)(pi.workspace_bytes > 0 ? pi.workspace_bytes : 1) + 64);
+  d.workspace = reinterpret_cast<void *>(((uintptr_t)ws.data() + 63) & ~(uintptr_t)63);
+  d.workspace_bytes = pi.workspace_bytes;
+  if (st == DSK_STATUS_OK) st = dsk_moe_gemm(cpu, &d);
+  if (st != DSK_STATUS_OK) {
+    printf("FAIL: %s: cpu-ref: %s: %s\n", c.name, dsk_status_name(st), dsk_last_error());
+    g_fail++;
+    return false;
+  }
+
+  const int fails0 = g_fail;
+  double sxy = 0, s2 = 0, worst = 0;
+  int64_t n = 0, touched = 0, bad = 0;
+  for (int64_t row = 0; row < M; row++) {
+    const int32_t e = mind[(size_t)(row / 64 * 64)];
+    const bool written = e >= 0 && e < EL && mind[(size_t)row] >= 0;
+    for (int64_t col = 0; col < Ds; col++) {
+      const uint16_t x = Dx[(size_t)(row * Ds + col)], y = Dr[(size_t)(row * Ds + col)];
+      if (!written || col >= N) {
+        touched += x != 0xFFFF; /* padding rows, skipped blocks, stride gaps */
+        continue;
+      }
+      const double fx = bf16f(x), fy = bf16f(y);
+      if (!std::isfinite(fx) || !std::isfinite(fy)) {
+        bad++;
+        continue;
+      }
+      sxy += fx * fy;
+      s2 += fx * fx + fy * fy;
+      /* both round once to bf16 from fp32 / fp64 sums: at most one bf16 ulp apart */
+      const double tol = std::ldexp(std::fabs(fy), -7) + 1e-30;
+      const double err = std::fabs(fx - fy);
+      if (err / tol > worst) worst = err / tol;
+      n++;
+    }
+  }
+  const double diff = s2 == 0 ? 0.0 : 1.0 - 2.0 * sxy / s2;
+  EXPECT(n > 0, "%s: no output compared", c.name);
+  EXPECT(bad == 0, "%s: %lld non-finite outputs", c.name, (long long)bad);
+  EXPECT(touched == 0, "%s: %lld elements written outside live rows / columns", c.name, (long long)touched);
+  EXPECT(worst <= 1.0, "%s: an output differs from the reference by %.2f x its bound (2^-7 relative)", c.name, worst);
+  EXPECT(diff <= 1e-5, "%s: diff %.3e vs cpu-ref > 1e-5", c.name, diff);
+  EXPECT(cnt_x == cnt_r, "%s: counter %lld, reference %lld", c.name, (long long)cnt_x, (long long)cnt_r);
+  printf("%-44s %4d outputs, diff %.2e, worst %.2f of bound, counter %lld: %s\n", c.name, (int)n, diff, worst,
+         (long long)cnt_x, g_fail == fails0 ? "ok" : "FAIL");
+  fflush(stdout);
+  return g_fail == fails0;
+}
+
+}  // namespace
+
+int main() {
+  dsk_ctx_opts o;
+  dsk_ctx_opts_init(&o);
+  o.device = "cpu";
+  dsk_ctx *cpu = nullptr;
+  if (dsk_ctx_create(&cpu, &o) != DSK_STATUS_OK) {
+    fprintf(stderr, "ctx: %s\n", dsk_last_error());
+    return 1;
+  }
+  const uint64_t L1 = 1ull, L9 = 0x1F1ull | (1ull << 40) | (1ull << 63), L64 = ~0ull;
+  const Case cases[] = {
+      /* name, warps, ring, N, K, EL, blocks, experts, live rows */
+      {"8 warps ring 4: 1 row, 9 rows (2 groups), -1", 8, 4, 256, 512, 3, 3, {0, 2, -1}, {L1, L9, 0}},
+      {"4 warps ring 4: bad expert, 64 rows (8 groups)", 4, 4, 128, 384, 2, 3, {1, 5, 0}, {L9, L1, L64}},
+      {"8 warps ring 3: K 640", 8, 3, 128, 640, 2, 2, {1, 0}, {L9, L1 | (1ull << 33)}},
+      {"8 warps ring 2: K 256 (2 K tiles)", 8, 2, 256, 256, 1, 2, {0, 0}, {L1, L9}},
+      {"4 warps ring 2: K 128 (1 K tile)", 4, 2, 128, 128, 2, 2, {1, 0}, {L9, L1}},
+  };
+  int ok = 0, n = 0;
+  for (const Case &c : cases) {
+    ok += run_case(cpu, c, 0x5eed0000u + (uint64_t)n) ? 1 : 0;
+    n++;
+  }
+  dsk_ctx_destroy(cpu);
+  printf("emu_moe_skinny: %d of %d cases passed\n", ok, n);
+  return g_fail ? 1 : 0;
+}
