@@ -26,6 +26,7 @@
 #include "format/format.h" /* dsk_fmt_e4m3_from_f32: the cvt ... e4m3x2 rounding */
 
 #include <functional>
+#include <unordered_map>
 #include <vector>
 
 #define DSK_PTX_CUH 1 /* ptx.cuh is replaced by this file */
@@ -255,10 +256,24 @@ inline unsigned __ballot_sync(unsigned, int pred) {
   return r;
 }
 inline void __syncwarp(unsigned = 0xffffffffu) { emu::warp_barrier(); }
+inline unsigned __reduce_add_sync(unsigned, unsigned v) {
+  emu::State &s = emu::st();
+  s.xch[s.cur][0] = v;
+  emu::warp_barrier();
+  unsigned r = 0;
+  for (int l = 0; l < 32; l++) r += s.xch[emu::wbase() + l][0];
+  emu::warp_barrier();
+  return r;
+}
 inline int __popc(unsigned x) { return __builtin_popcount(x); }
 template <typename T>
 inline T __ldg(const T *p) {
   return *p;
+}
+inline int atomicAdd(int *p, int v) {
+  const int o = *p;
+  *p = o + v;
+  return o;
 }
 inline unsigned long long atomicAdd(unsigned long long *p, unsigned long long v) {
   const unsigned long long o = *p;
@@ -420,6 +435,75 @@ inline uint32_t hsub2_u32(uint32_t a, uint32_t b) {
          ((uint32_t)emu::f32_to_f16((float)(h(a, 1) - h(b, 1))) << 16);
 }
 inline void mma_bf16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) { mma_impl(c, a, b0, b1, true); }
+/* mbarriers with transaction counts (the state lives in a side table keyed
+ * by the barrier's address, reset by mbar_init): a phase completes when its
+ * arrivals are all in and its expected bytes have all landed; bulk copies
+ * land at once (memcpy) and count their bytes (more bytes than a phase
+ * expects is reported as an error). try_wait.parity(p) succeeds
+ * once the phase of parity p has completed; a wait that can never succeed
+ * ends in the launcher's deadlock report. */
+struct EmuMbar {
+  int expected = 1, pending = 1;
+  int64_t tx = 0;
+  unsigned phase = 0;
+};
+inline std::unordered_map<const void *, EmuMbar> &emu_mbars() {
+  static std::unordered_map<const void *, EmuMbar> m;
+  return m;
+}
+inline void emu_mbar_check(EmuMbar &b) {
+  if (b.pending == 0 && b.tx == 0) {
+    b.phase ^= 1u;
+    b.pending = b.expected;
+    emu::st().progress++;
+  }
+}
+inline void mbar_init(uint64_t *bar, uint32_t count) {
+  EmuMbar b;
+  b.expected = b.pending = (int)count;
+  emu_mbars()[bar] = b;
+}
+inline EmuMbar &emu_mbar(uint64_t *bar) {
+  auto it = emu_mbars().find(bar);
+  if (it == emu_mbars().end()) {
+    fprintf(stderr, "emu: mbarrier %p used before mbar_init\n", (void *)bar);
+    exit(4);
+  }
+  return it->second;
+}
+inline void mbar_arrive_tx(uint64_t *bar, uint32_t bytes) {
+  EmuMbar &b = emu_mbar(bar);
+  b.tx += bytes;
+  b.pending--;
+  emu_mbar_check(b);
+}
+inline void mbar_arrive(uint64_t *bar) {
+  EmuMbar &b = emu_mbar(bar);
+  b.pending--;
+  emu_mbar_check(b);
+}
+inline void mbar_wait(uint64_t *bar, uint32_t parity) {
+  while ((emu_mbar(bar).phase & 1u) == (parity & 1u)) emu::yield();
+}
+inline void bulk_g2s(void *dst, const void *src, uint32_t bytes, uint64_t *bar) {
+  if (((uintptr_t)dst | (uintptr_t)src | bytes) & 15u) {
+    fprintf(stderr, "emu: cp.async.bulk of %u bytes at %p <- %p is not 16-byte aligned\n", bytes, dst, src);
+    exit(4);
+  }
+  memcpy(dst, src, bytes);
+  EmuMbar &b = emu_mbar(bar);
+  b.tx -= bytes;
+  if (b.tx < 0) { /* the kernels announce their bytes before copying: more landed than the phase expects */
+    fprintf(stderr, "emu: a bulk copy of %u bytes exceeds the bytes its mbarrier phase expects\n", bytes);
+    exit(4);
+  }
+  emu_mbar_check(b);
+}
+inline void fence_mbarrier_init() {}
+inline void fence_proxy_async() {}
+/* max.NaN.f32 x, 0: NaN propagates, -0 becomes +0 */
+inline float ix_relu(float x) { return x != x ? x : (x > 0.f ? x : 0.f); }
+
 /* mul.rn.f16x2: the fp32 product of two f16 values is exact, so one rounding to f16 is the RNE product */
 inline uint32_t hmul2_u32(uint32_t a, uint32_t b) {
   const uint16_t lo = emu::f32_to_f16(emu::f16_to_f32((uint16_t)a) * emu::f16_to_f32((uint16_t)b));

@@ -1,7 +1,7 @@
 /* ptx.cuh - the small PTX wrappers the portable kernels share. Every
  * instruction here exists on both sm_90 and sm_120 (cp.async, ldmatrix,
  * mma.sync f16/bf16 m16n8k16 and e4m3 m16n8k32, cvt between e4m3x2 and
- * f16x2, ex2.approx, griddepcontrol):
+ * f16x2, ex2.approx, griddepcontrol, mbarrier, cp.async.bulk):
  * see the portability rule in spec/sparse-decode.md §9. Host-side tests
  * replace this file with an emulation of the same functions
  * (tests/emu/cuda_emu.h). */
@@ -142,6 +142,51 @@ __device__ __forceinline__ float fast_exp2(float x) {
   asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
   return y;
 }
+
+/* mbarrier / bulk-copy wrappers (sm_90 and sm_120; the indexer's logits
+ * kernel). */
+__device__ __forceinline__ void mbar_init(uint64_t *bar, uint32_t count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smem_u32(bar)), "r"(count) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive_tx(uint64_t *bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_u32(bar)), "r"(bytes)
+               : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(uint64_t *bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(smem_u32(bar)) : "memory");
+}
+__device__ __forceinline__ void mbar_wait(uint64_t *bar, uint32_t parity) {
+  asm volatile(
+      "{\n .reg .pred P1;\n"
+      "LAB_WAIT:\n"
+      " mbarrier.try_wait.parity.shared::cta.b64 P1, [%0], %1;\n"
+      " @P1 bra DONE;\n"
+      " bra LAB_WAIT;\n"
+      "DONE:\n}\n" ::"r"(smem_u32(bar)),
+      "r"(parity)
+      : "memory");
+}
+/* global -> shared bulk copy (16-byte aligned, a multiple of 16 bytes),
+ * completion counted in bytes on bar */
+__device__ __forceinline__ void bulk_g2s(void *dst, const void *src, uint32_t bytes, uint64_t *bar) {
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(
+          smem_u32(dst)),
+      "l"(src), "r"(bytes), "r"(smem_u32(bar))
+      : "memory");
+}
+/* relu(x) = x < 0 ? 0 : x with NaN propagated (max.NaN; -0 becomes +0) */
+__device__ __forceinline__ float ix_relu(float x) {
+  float r;
+  asm("max.NaN.f32 %0, %1, 0f00000000;\n" : "=f"(r) : "f"(x));
+  return r;
+}
+
+/* orders the mbarrier inits before their use by the async proxy */
+__device__ __forceinline__ void fence_mbarrier_init() {
+  asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+}
+__device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
 
 }  // namespace dsk_ptx
 
