@@ -17,6 +17,7 @@
 #include "backend/cuda/page_divisor.h"
 #include "backend/indexer_rules.h"
 #include "dsk.h"
+#include "emu/emu_test.h"
 
 #define DSK_SM120_SMEM_LIMIT 101376
 
@@ -27,27 +28,8 @@ __attribute__((aligned(16))) uint8_t smem[100 * 1024];
 
 namespace {
 
-struct Rng {
-  uint64_t s;
-  uint64_t next() {
-    s ^= s << 13;
-    s ^= s >> 7;
-    s ^= s << 17;
-    return s;
-  }
-  int range(int lo, int hi) { return lo + (int)(next() % (uint64_t)(hi - lo + 1)); }
-  float unif() { return (float)((next() >> 11) * (1.0 / 9007199254740992.0)); }
-};
+using emu_test::Rng;
 
-int g_fail = 0;
-#define EXPECT(c, ...)              \
-  do {                              \
-    if (!(c)) {                     \
-      printf("FAIL: " __VA_ARGS__); \
-      printf("\n");                 \
-      g_fail++;                     \
-    }                               \
-  } while (0)
 
 uint8_t e4m3_byte(Rng &r) {
   uint8_t v;
@@ -96,7 +78,7 @@ bool run_case(dsk_ctx *cpu, const Case &c, uint64_t seed) {
       uint8_t *page = cache.data() + (int64_t)pg * page_stride;
       for (int64_t e = 0; e < pbs; e++) {
         for (int d = 0; d < 128; d++) page[e * 128 + d] = e4m3_byte(r);
-        const float s = std::ldexp(1.f + r.unif(), r.range(-8, -4));
+        const float s = std::ldexp(1.f + (float)r.uni(), r.range(-8, -4));
         memcpy(page + 128 * pbs + 4 * e, &s, 4);
       }
     }
@@ -106,8 +88,8 @@ bool run_case(dsk_ctx *cpu, const Case &c, uint64_t seed) {
   for (int64_t t = 0; t < T; t++)
     for (int64_t h = 0; h < H; h++) {
       for (int d = 0; d < 128; d++) q[(size_t)(t * qst + h * qsh + d)] = e4m3_byte(r);
-      qs[(size_t)(t * H + h)] = std::ldexp(1.f + r.unif(), r.range(-6, -2));
-      w[(size_t)(t * H + h)] = (r.unif() - 0.5f) * 0.25f;
+      qs[(size_t)(t * H + h)] = std::ldexp(1.f + (float)r.uni(), r.range(-6, -2));
+      w[(size_t)(t * H + h)] = ((float)r.uni() - 0.5f) * 0.25f;
     }
   const int64_t ost = W + 5;
   std::vector<float> ox((size_t)(T * ost), NAN), orf((size_t)(T * ost), NAN);
@@ -168,11 +150,11 @@ bool run_case(dsk_ctx *cpu, const Case &c, uint64_t seed) {
   const dsk_status st = dsk_indexer_logits(cpu, &d);
   if (st != DSK_STATUS_OK) {
     printf("FAIL: %s: cpu-ref: %s: %s\n", c.name, dsk_status_name(st), dsk_last_error());
-    g_fail++;
+    emu_test::fails()++;
     return false;
   }
 
-  const int fails0 = g_fail;
+  const int fails0 = emu_test::fails();
   double worst = 0;
   int64_t scored = 0, inf_bad = 0, gap_bad = 0;
   for (int64_t t = 0; t < T; t++) {
@@ -204,22 +186,16 @@ bool run_case(dsk_ctx *cpu, const Case &c, uint64_t seed) {
   EXPECT(cnt_x[0] == cnt_r[0] && cnt_x[1] == cnt_r[1], "%s: counters %lld %lld, reference %lld %lld", c.name,
          (long long)cnt_x[0], (long long)cnt_x[1], (long long)cnt_r[0], (long long)cnt_r[1]);
   printf("%-46s %6lld scored, worst %.3f of bound, counters %lld %lld: %s\n", c.name, (long long)scored, worst,
-         (long long)cnt_x[0], (long long)cnt_x[1], g_fail == fails0 ? "ok" : "FAIL");
+         (long long)cnt_x[0], (long long)cnt_x[1], emu_test::fails() == fails0 ? "ok" : "FAIL");
   fflush(stdout);
-  return g_fail == fails0;
+  return emu_test::fails() == fails0;
 }
 
 }  // namespace
 
 int main() {
-  dsk_ctx_opts o;
-  dsk_ctx_opts_init(&o);
-  o.device = "cpu";
-  dsk_ctx *cpu = nullptr;
-  if (dsk_ctx_create(&cpu, &o) != DSK_STATUS_OK) {
-    fprintf(stderr, "ctx: %s\n", dsk_last_error());
-    return 1;
-  }
+  dsk_ctx *cpu = emu_test::cpu_ctx();
+  if (!cpu) return 1;
   const Case cases[] = {
       /* name, T, H, ratio, pbs, W, chunk, holes, pad row, bad req, truncate */
       {"TILE pbs 64, 64 heads, holes, padding row", 4, 64, 1, 64, 700, 256, 2, true, true, false},
@@ -235,5 +211,5 @@ int main() {
   }
   dsk_ctx_destroy(cpu);
   printf("emu_indexer: %d of %d cases passed\n", ok, n);
-  return g_fail ? 1 : 0;
+  return emu_test::fails() ? 1 : 0;
 }

@@ -15,6 +15,7 @@
 #include "emu/cuda_emu.h"
 
 #include "dsk.h"
+#include "emu/emu_test.h"
 
 namespace {
 __attribute__((aligned(16))) uint8_t smem[128 * 1024];
@@ -24,26 +25,8 @@ __attribute__((aligned(16))) uint8_t smem[128 * 1024];
 
 namespace {
 
-struct Rng {
-  uint64_t s;
-  uint64_t next() {
-    s ^= s << 13;
-    s ^= s >> 7;
-    s ^= s << 17;
-    return s;
-  }
-  int range(int lo, int hi) { return lo + (int)(next() % (uint64_t)(hi - lo + 1)); }
-};
+using emu_test::Rng;
 
-int g_fail = 0;
-#define EXPECT(c, ...)                      \
-  do {                                      \
-    if (!(c)) {                             \
-      printf("FAIL: " __VA_ARGS__);         \
-      printf("\n");                         \
-      g_fail++;                             \
-    }                                       \
-  } while (0)
 
 /* packed UE8M0 words (MN-major, 4 K groups per word): byte of (g, mn, kg) */
 void put_sf(std::vector<int32_t> &w, int64_t MN, int64_t sf_k, int64_t g, int64_t mn, int64_t kg, uint8_t v) {
@@ -126,7 +109,7 @@ bool run_case(dsk_ctx *cpu, const Case &c, uint64_t seed) {
   auto launch = [&](auto kern, size_t bytes) {
     if (bytes > sizeof smem) {
       printf("FAIL: %s: %zu B of shared memory > the emulation's %zu\n", c.name, bytes, sizeof smem);
-      g_fail++;
+      emu_test::fails()++;
       return;
     }
     emu::launch(gx, gy, 32 * c.nw, smem, bytes, [&] { kern(a); });
@@ -138,7 +121,7 @@ bool run_case(dsk_ctx *cpu, const Case &c, uint64_t seed) {
   else if (c.nw == 4 && c.st == 2) launch(moe_gemm_skinny_kernel<4, 2>, (size_t)Sk<4, 2>::smem(K));
   else {
     printf("FAIL: %s: no instantiation for %d warps, ring %d\n", c.name, c.nw, c.st);
-    g_fail++;
+    emu_test::fails()++;
     return false;
   }
 
@@ -155,11 +138,11 @@ bool run_case(dsk_ctx *cpu, const Case &c, uint64_t seed) {
   if (st == DSK_STATUS_OK) st = dsk_moe_gemm(cpu, &d);
   if (st != DSK_STATUS_OK) {
     printf("FAIL: %s: cpu-ref: %s: %s\n", c.name, dsk_status_name(st), dsk_last_error());
-    g_fail++;
+    emu_test::fails()++;
     return false;
   }
 
-  const int fails0 = g_fail;
+  const int fails0 = emu_test::fails();
   double sxy = 0, s2 = 0, worst = 0;
   int64_t n = 0, touched = 0, bad = 0;
   for (int64_t row = 0; row < M; row++) {
@@ -193,22 +176,16 @@ bool run_case(dsk_ctx *cpu, const Case &c, uint64_t seed) {
   EXPECT(diff <= 1e-5, "%s: diff %.3e vs cpu-ref > 1e-5", c.name, diff);
   EXPECT(cnt_x == cnt_r, "%s: counter %lld, reference %lld", c.name, (long long)cnt_x, (long long)cnt_r);
   printf("%-44s %4d outputs, diff %.2e, worst %.2f of bound, counter %lld: %s\n", c.name, (int)n, diff, worst,
-         (long long)cnt_x, g_fail == fails0 ? "ok" : "FAIL");
+         (long long)cnt_x, emu_test::fails() == fails0 ? "ok" : "FAIL");
   fflush(stdout);
-  return g_fail == fails0;
+  return emu_test::fails() == fails0;
 }
 
 }  // namespace
 
 int main() {
-  dsk_ctx_opts o;
-  dsk_ctx_opts_init(&o);
-  o.device = "cpu";
-  dsk_ctx *cpu = nullptr;
-  if (dsk_ctx_create(&cpu, &o) != DSK_STATUS_OK) {
-    fprintf(stderr, "ctx: %s\n", dsk_last_error());
-    return 1;
-  }
+  dsk_ctx *cpu = emu_test::cpu_ctx();
+  if (!cpu) return 1;
   const uint64_t L1 = 1ull, L9 = 0x1F1ull | (1ull << 40) | (1ull << 63), L64 = ~0ull;
   const Case cases[] = {
       /* name, warps, ring, N, K, EL, blocks, experts, live rows */
@@ -225,5 +202,5 @@ int main() {
   }
   dsk_ctx_destroy(cpu);
   printf("emu_moe_skinny: %d of %d cases passed\n", ok, n);
-  return g_fail ? 1 : 0;
+  return emu_test::fails() ? 1 : 0;
 }

@@ -20,6 +20,7 @@
 #include "backend/cuda/page_divisor.h"
 #include "backend/cuda/sparse_mla_layout.h"
 #include "dsk.h"
+#include "emu/emu_test.h"
 
 namespace {
 __attribute__((aligned(16))) uint8_t smem[160 * 1024];
@@ -33,21 +34,7 @@ __attribute__((aligned(16))) uint8_t smem[160 * 1024];
 
 namespace {
 
-struct Rng {
-  uint64_t s;
-  uint64_t next() {
-    s ^= s << 13;
-    s ^= s >> 7;
-    s ^= s << 17;
-    return s;
-  }
-  double uni() { return (next() >> 11) * (1.0 / 9007199254740992.0); }
-  int range(int lo, int hi) { return lo + (int)(next() % (uint64_t)(hi - lo + 1)); }
-  double normal() {
-    const double u = uni() + 1e-300, v = uni();
-    return sqrt(-2 * log(u)) * cos(6.283185307179586 * v);
-  }
-};
+using emu_test::Rng;
 
 struct SegCfg {
   int pbs, width, pages;
@@ -73,16 +60,6 @@ struct SegData {
   std::vector<int32_t> slots, lens;
 };
 
-int64_t g_fail = 0;
-#define EXPECT(cond, ...)        \
-  do {                           \
-    if (!(cond)) {               \
-      fprintf(stderr, "FAIL: "); \
-      fprintf(stderr, __VA_ARGS__); \
-      fprintf(stderr, "\n");     \
-      g_fail++;                  \
-    }                            \
-  } while (0)
 
 /* A pool of `pages` pages in shuffled order with a padded stride; `valid`
  * gets the written slots. */
@@ -274,7 +251,7 @@ Ran run_kernels(const Case &k, const dsk_sparse_mla_desc &d, int64_t sm_count) {
 }
 
 bool run_case(dsk_ctx *cpu, const Case &k, uint64_t seed) {
-  const int64_t fails0 = g_fail;
+  const int64_t fails0 = emu_test::fails();
   Rng rng{seed * 0x9E3779B97F4A7C15ull + 1};
   const int dqk = (int)dsk_kv_dim(k.fmt);
   const float sm_scale = k.fmt == DSK_KV_FORMAT_A656 ? 0.0625f : 0.0441942f;
@@ -374,20 +351,14 @@ bool run_case(dsk_ctx *cpu, const Case &k, uint64_t seed) {
          (long long)counters[0], (long long)counters[1], (long long)ecnt[0], (long long)ecnt[1], ok ? "pass" : "FAIL");
   fflush(stdout);
   EXPECT(ok, "%s (hpc %d, cpb %d)", k.name, k.hpc, k.cpb);
-  return g_fail == fails0;
+  return emu_test::fails() == fails0;
 }
 
 }  // namespace
 
 int main() {
-  dsk_ctx_opts o;
-  dsk_ctx_opts_init(&o);
-  o.device = "cpu";
-  dsk_ctx *cpu = nullptr;
-  if (dsk_ctx_create(&cpu, &o) != DSK_STATUS_OK) {
-    fprintf(stderr, "ctx: %s\n", dsk_last_error());
-    return 1;
-  }
+  dsk_ctx *cpu = emu_test::cpu_ctx();
+  if (!cpu) return 1;
   const dsk_kv_format A = DSK_KV_FORMAT_A656, B = DSK_KV_FORMAT_B584;
   /* name, fmt, T, H, nseg, {pbs, width, pages, lens} x2, sink, cpb, hpc; the
    * launch plan picks the 16-head kernel's warps and the combine form */
