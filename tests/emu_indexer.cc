@@ -148,11 +148,8 @@ bool run_case(dsk_ctx *cpu, const Case &c, uint64_t seed) {
   d.out = orf.data();
   d.counters = cnt_r;
   const dsk_status st = dsk_indexer_logits(cpu, &d);
-  if (st != DSK_STATUS_OK) {
-    printf("FAIL: %s: cpu-ref: %s: %s\n", c.name, dsk_status_name(st), dsk_last_error());
-    emu_test::fails()++;
-    return false;
-  }
+  EXPECT(st == DSK_STATUS_OK, "%s: cpu-ref: %s: %s", c.name, dsk_status_name(st), dsk_last_error());
+  if (st != DSK_STATUS_OK) return false;
 
   const int fails0 = emu_test::fails();
   double worst = 0;

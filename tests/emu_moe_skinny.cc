@@ -107,12 +107,8 @@ bool run_case(dsk_ctx *cpu, const Case &c, uint64_t seed) {
   const GemmArgs a = grouped_args(&d, 64);
   const unsigned gx = (unsigned)((N + 16 * c.nw - 1) / (16 * c.nw)), gy = (unsigned)a.mblocks;
   auto launch = [&](auto kern, size_t bytes) {
-    if (bytes > sizeof smem) {
-      printf("FAIL: %s: %zu B of shared memory > the emulation's %zu\n", c.name, bytes, sizeof smem);
-      emu_test::fails()++;
-      return;
-    }
-    emu::launch(gx, gy, 32 * c.nw, smem, bytes, [&] { kern(a); });
+    EXPECT(bytes <= sizeof smem, "%s: %zu B of shared memory > the emulation's %zu", c.name, bytes, sizeof smem);
+    if (bytes <= sizeof smem) emu::launch(gx, gy, 32 * c.nw, smem, bytes, [&] { kern(a); });
   };
   if (c.nw == 4 && c.st == 4) launch(moe_gemm_skinny_kernel<4, 4>, (size_t)Sk<4, 4>::smem(K));
   else if (c.nw == 8 && c.st == 4) launch(moe_gemm_skinny_kernel<8, 4>, (size_t)Sk<8, 4>::smem(K));
@@ -120,8 +116,7 @@ bool run_case(dsk_ctx *cpu, const Case &c, uint64_t seed) {
   else if (c.nw == 8 && c.st == 2) launch(moe_gemm_skinny_kernel<8, 2>, (size_t)Sk<8, 2>::smem(K));
   else if (c.nw == 4 && c.st == 2) launch(moe_gemm_skinny_kernel<4, 2>, (size_t)Sk<4, 2>::smem(K));
   else {
-    printf("FAIL: %s: no instantiation for %d warps, ring %d\n", c.name, c.nw, c.st);
-    emu_test::fails()++;
+    EXPECT(false, "%s: no instantiation for %d warps, ring %d", c.name, c.nw, c.st);
     return false;
   }
 
@@ -136,11 +131,8 @@ bool run_case(dsk_ctx *cpu, const Case &c, uint64_t seed) {
   d.workspace = reinterpret_cast<void *>(((uintptr_t)ws.data() + 63) & ~(uintptr_t)63);
   d.workspace_bytes = pi.workspace_bytes;
   if (st == DSK_STATUS_OK) st = dsk_moe_gemm(cpu, &d);
-  if (st != DSK_STATUS_OK) {
-    printf("FAIL: %s: cpu-ref: %s: %s\n", c.name, dsk_status_name(st), dsk_last_error());
-    emu_test::fails()++;
-    return false;
-  }
+  EXPECT(st == DSK_STATUS_OK, "%s: cpu-ref: %s: %s", c.name, dsk_status_name(st), dsk_last_error());
+  if (st != DSK_STATUS_OK) return false;
 
   const int fails0 = emu_test::fails();
   double sxy = 0, s2 = 0, worst = 0;

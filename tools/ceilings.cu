@@ -293,17 +293,20 @@ double run_kind(int blocks, int iters, uint32_t *sink) {
   return best * 1e-3; /* seconds, best of 5 */
 }
 
-typedef double (*RunFn)(int, int, uint32_t *);
-typedef int (*OccFn)();
-const OccFn kOcc[K_COUNT] = {warps_per_sm<K_HMMA_F16>,  warps_per_sm<K_HMMA_BF16>, warps_per_sm<K_MMA_E4M3>,
-                             warps_per_sm<K_MMA_E4M3_CONST>, warps_per_sm<K_CVT_E4M3>, warps_per_sm<K_CVT_INT>,
-                             warps_per_sm<K_FFMA>,      warps_per_sm<K_LOP3>,      warps_per_sm<K_MIX_4>,
-                             warps_per_sm<K_MIX_8>,     warps_per_sm<K_MIX_16>,    warps_per_sm<K_MIX_INT8>,
-                             warps_per_sm<K_MIX_SPLIT8>};
-const RunFn kRun[K_COUNT] = {run_kind<K_HMMA_F16>,  run_kind<K_HMMA_BF16>, run_kind<K_MMA_E4M3>, run_kind<K_MMA_E4M3_CONST>,
-                             run_kind<K_CVT_E4M3>,  run_kind<K_CVT_INT>,   run_kind<K_FFMA>,     run_kind<K_LOP3>,
-                             run_kind<K_MIX_4>,     run_kind<K_MIX_8>,     run_kind<K_MIX_16>,   run_kind<K_MIX_INT8>,
-                             run_kind<K_MIX_SPLIT8>};
+/* the timed run and the residency of each loop kind, in Kind order */
+struct KindFns {
+  double (*run)(int, int, uint32_t *);
+  int (*warps)();
+};
+template <int K>
+constexpr KindFns kind_fns() {
+  return {run_kind<K>, warps_per_sm<K>};
+}
+const KindFns kFns[K_COUNT] = {
+    kind_fns<K_HMMA_F16>(), kind_fns<K_HMMA_BF16>(), kind_fns<K_MMA_E4M3>(), kind_fns<K_MMA_E4M3_CONST>(),
+    kind_fns<K_CVT_E4M3>(), kind_fns<K_CVT_INT>(),   kind_fns<K_FFMA>(),     kind_fns<K_LOP3>(),
+    kind_fns<K_MIX_4>(),    kind_fns<K_MIX_8>(),     kind_fns<K_MIX_16>(),   kind_fns<K_MIX_INT8>(),
+    kind_fns<K_MIX_SPLIT8>()};
 
 }  // namespace
 
@@ -408,13 +411,13 @@ int main(int argc, char **argv) {
   printf("%-44s %14s %12s %9s\n", "loop", "per SM-clock", "TFLOPS", "warps/SM");
   const int blocks = 4 * sms, iters = 20000;
   for (int k = 0; k < K_COUNT; k++) {
-    const double sec = kRun[k](blocks, iters, sink);
+    const double sec = kFns[k].run(blocks, iters, sink);
     const double warps = (double)blocks * kThreads / 32;
     const double n = warps * iters * kInfo[k].per_iter; /* counted warp instructions */
     const double per_clk = n / (sec * mhz * 1e6 * sms);
     char tf[32] = "-";
     if (kInfo[k].flop > 0) snprintf(tf, sizeof tf, "%.1f", n * kInfo[k].flop / sec * 1e-12);
-    printf("%-44s %10.3f %-3s %12s %9d\n", kInfo[k].name, per_clk, kInfo[k].unit, tf, kOcc[k]());
+    printf("%-44s %10.3f %-3s %12s %9d\n", kInfo[k].name, per_clk, kInfo[k].unit, tf, kFns[k].warps());
   }
   printf("# e4m3 MMA accumulation (2048 problems of 16 x 8 outputs each; fp32 rounding of K products ~ K x 6e-8 at worst)\n");
   run_probe<128>("random finite bytes", 0, 1u);

@@ -657,8 +657,7 @@ int skinny_stages(const dsk_ctx *ctx, int64_t K) {
 }
 
 template <int NW>
-dsk_status launch_skinny(const dsk_ctx *ctx, const GemmArgs &a, cudaStream_t s, const char *what) {
-  const int st = skinny_stages<NW>(ctx, (int64_t)a.KT * 128);
+dsk_status launch_skinny(const dsk_ctx *ctx, const GemmArgs &a, cudaStream_t s, int st, const char *what) {
   if (st == 4) return launch_skinny_st<NW, 4>(ctx, a, s, what);
   if (st == 3) return launch_skinny_st<NW, 3>(ctx, a, s, what);
   return launch_skinny_st<NW, 2>(ctx, a, s, what);
@@ -667,12 +666,12 @@ dsk_status launch_skinny(const dsk_ctx *ctx, const GemmArgs &a, cudaStream_t s, 
 /* The skinny kernel serves the call when it can: grouped MXFP4, BLOCK_M 64,
  * split 1, BLOCK_N 64 or 128 (4 or 8 warps), and a ring of at least two K
  * tiles next to the A rows (which grow with K) within the device's and
- * SM120's shared memory. Returns false to leave the call to the tiled
- * kernel. */
-bool skinny_fits(const dsk_ctx *ctx, const GemmArgs &a, int bm, int bn) {
-  if (!DSK_MOE_SKINNY || !a.m_indices || bm != 64 || a.ksplit != 1 || (bn != 64 && bn != 128)) return false;
+ * SM120's shared memory. Returns that ring depth, or 0 to leave the call to
+ * the tiled kernel. */
+int skinny_ring(const dsk_ctx *ctx, const GemmArgs &a, int bm, int bn) {
+  if (!DSK_MOE_SKINNY || !a.m_indices || bm != 64 || a.ksplit != 1 || (bn != 64 && bn != 128)) return 0;
   const int64_t K = (int64_t)a.KT * 128;
-  return (bn == 64 ? skinny_stages<4>(ctx, K) : skinny_stages<8>(ctx, K)) > 0;
+  return bn == 64 ? skinny_stages<4>(ctx, K) : skinny_stages<8>(ctx, K);
 }
 
 template <bool MX, bool F16>
@@ -750,7 +749,8 @@ extern "C" dsk_status dsk__cuda_moe_gemm(dsk_ctx *ctx, const dsk_moe_gemm_desc *
   GemmArgs a = grouped_args(d, bm);
   split_setup(&a, t, d->workspace);
   if (!aligned16(d->A) || (d->A_stride & 15) != 0 || !aligned16(d->B)) return launch_simple(a, s, mx, what);
-  if (mx && skinny_fits(ctx, a, bm, bn)) return bn == 64 ? launch_skinny<4>(ctx, a, s, what) : launch_skinny<8>(ctx, a, s, what);
+  const int ring = mx ? skinny_ring(ctx, a, bm, bn) : 0;
+  if (ring) return bn == 64 ? launch_skinny<4>(ctx, a, s, ring, what) : launch_skinny<8>(ctx, a, s, ring, what);
   return mx ? launch_path<true>(ctx, a, s, bm, bn, what) : launch_path<false>(ctx, a, s, bm, bn, what);
 }
 
