@@ -1,17 +1,21 @@
-/* emu_moe_skinny.cc - the decode-shaped grouped FP8 x MXFP4 GEMM of
+/* emu_moe_skinny.cc - the decode-shaped FP8 x MXFP4 / FP8 x FP8 GEMM of
  * src/backend/cuda/moe_gemm_skinny.cuh, its exact source, run on the CPU
  * through tests/emu/cuda_emu.h and checked against the cpu-ref backend's
- * dsk_moe_gemm on the same inputs. Runs in CI, where there is no GPU: it
- * proves the operand and scale layouts, the K order of the fragments, the
- * scale folds, the live-row lists (groups of 8, rows anywhere in a block),
- * the weight ring at every depth the launcher can pick (4, 3, 2), both warp
- * counts, the skipped (-1) and bad-expert blocks with their counter, and
- * that padding rows and stride gaps of D are never written. Not races or
- * speed (compute-sanitizer and the benchmarks on a GPU).
+ * dsk_moe_gemm (grouped) and dsk_dense_fp8_gemm (dense) on the same inputs.
+ * Runs in CI, where there is no GPU: it proves the operand and scale layouts
+ * of both weight formats, the K order of the fragments, the scale folds, the
+ * live-row lists (grouped: groups of 8, rows anywhere in a block; dense: the
+ * rows below M of each BLOCK_M block), the weight ring at every depth the
+ * launcher can pick (4, 3, 2), both warp counts, split-K over 1, 2 and 4
+ * warp slices (K tiles interleaved, sums added in slice order), the skipped
+ * (-1) and bad-expert blocks with their counter, and that padding rows and
+ * stride gaps of D are never written. Not races or speed (compute-sanitizer
+ * and the benchmarks on a GPU).
  *
  * Data: e4m3 activations (padding rows NaN, which must not leak), random
- * e2m1 weights, UE8M0 scales around 2^-8 .. 2^-4 (activations) and
- * 2^-10 .. 2^-6 (weights); D pre-filled with 0xFFFF (bf16 NaN). */
+ * e2m1 or finite e4m3 weights, UE8M0 scales around 2^-8 .. 2^-4
+ * (activations) and 2^-10 .. 2^-6 (weights); D pre-filled with 0xFFFF
+ * (bf16 NaN). */
 #include "emu/cuda_emu.h"
 
 #include "dsk.h"
@@ -40,6 +44,9 @@ float bf16f(uint16_t b) { return emu::bf16_to_f32(b); }
 struct Case {
   const char *name;
   int nw, st;          /* warps (BLOCK_N / 16) and weight-ring depth */
+  bool mx;             /* MXFP4 weights, else FP8 */
+  int ks;              /* split-K: warp slices */
+  int dense_bm;        /* > 0: a dense call at this BLOCK_M (M = the rows of live[0]'s lowest run) */
   int64_t N, K, EL;
   /* per 64-row block: expert (-1 skipped, >= EL bad) and its live rows as a
    * bit mask over the block's 64 rows (bit 0 must be set for a live block) */
@@ -48,22 +55,56 @@ struct Case {
   uint64_t live[6];
 };
 
+template <int NW, int ST, bool MX>
+bool launch_ks(const Case &c, const GemmArgs &a, unsigned gy) {
+  const size_t bytes = (size_t)Sk<NW, ST, MX>::smem((int64_t)a.KT * 128);
+  EXPECT(bytes <= sizeof smem, "%s: %zu B of shared memory > the emulation's %zu", c.name, bytes, sizeof smem);
+  if (bytes > sizeof smem) return false;
+  const unsigned gx = (unsigned)((a.N + 16 * NW / c.ks - 1) / (16 * NW / c.ks));
+  if (c.ks == 1) emu::launch(gx, gy, 32 * NW, smem, bytes, [&] { moe_gemm_skinny_kernel<NW, ST, MX, 1>(a); });
+  else if (c.ks == 2) emu::launch(gx, gy, 32 * NW, smem, bytes, [&] { moe_gemm_skinny_kernel<NW, ST, MX, 2>(a); });
+  else if (c.ks == 4) emu::launch(gx, gy, 32 * NW, smem, bytes, [&] { moe_gemm_skinny_kernel<NW, ST, MX, 4>(a); });
+  else return false;
+  return true;
+}
+template <bool MX>
+bool launch_cfg(const Case &c, const GemmArgs &a, unsigned gy) {
+  if (c.nw == 4 && c.st == 4) return launch_ks<4, 4, MX>(c, a, gy);
+  if (c.nw == 4 && c.st == 2) return launch_ks<4, 2, MX>(c, a, gy);
+  if (c.nw == 8 && c.st == 4) return launch_ks<8, 4, MX>(c, a, gy);
+  if (c.nw == 8 && c.st == 3) return launch_ks<8, 3, MX>(c, a, gy);
+  if (c.nw == 8 && c.st == 2) return launch_ks<8, 2, MX>(c, a, gy);
+  return false;
+}
+
 bool run_case(dsk_ctx *cpu, const Case &c, uint64_t seed) {
   Rng r{seed | 1};
-  const int64_t M = 64 * c.nblk, N = c.N, K = c.K, EL = c.EL;
-  const int64_t As = K + 16, Ds = N + 6, sfk_a = K / 128, sfk_b = K / 32;
-  std::vector<int32_t> mind((size_t)M, -1);
-  for (int b = 0; b < c.nblk; b++)
-    for (int i = 0; i < 64; i++)
-      if ((c.live[b] >> i) & 1u) mind[(size_t)(64 * b + i)] = c.expert[b];
-  std::vector<uint8_t> A((size_t)(M * As)), B((size_t)(EL * N * K / 2));
+  const bool dense = c.dense_bm > 0;
+  /* dense: M = the length of live[0]'s run of low set bits (plus 64 per further block) */
+  int64_t M = 64 * c.nblk;
+  if (dense) {
+    int run = 0;
+    while (run < 64 && ((c.live[0] >> run) & 1u)) run++;
+    M = 64 * (c.nblk - 1) + run;
+  }
+  const int64_t N = c.N, K = c.K, EL = dense ? 1 : c.EL;
+  const int64_t As = K + 16, Ds = N + 6, sfk_a = K / 128, sfk_b = c.mx ? K / 32 : K / 128;
+  std::vector<int32_t> mind((size_t)M, dense ? 0 : -1);
+  if (!dense)
+    for (int b = 0; b < c.nblk; b++)
+      for (int i = 0; i < 64; i++)
+        if ((c.live[b] >> i) & 1u) mind[(size_t)(64 * b + i)] = c.expert[b];
+  std::vector<uint8_t> A((size_t)(M * As)), B((size_t)(EL * N * (c.mx ? K / 2 : K)));
   for (int64_t i = 0; i < M; i++)
     for (int64_t k = 0; k < As; k++) {
       uint8_t q = (uint8_t)r.next();
       if ((q & 0x7F) == 0x7F) q = 0x38;
       A[(size_t)(i * As + k)] = mind[(size_t)i] >= 0 ? q : 0x7F; /* padding rows: NaN, must not leak */
     }
-  for (auto &b : B) b = (uint8_t)r.next();
+  for (auto &b : B) {
+    b = (uint8_t)r.next();
+    if (!c.mx && (b & 0x7F) == 0x7F) b = 0xB0; /* FP8 weights are finite (checkpoint data) */
+  }
   std::vector<int32_t> sfa((size_t)dsk_sf_packed_words(1, M, sfk_a), 0), sfb((size_t)dsk_sf_packed_words(EL, N, sfk_b), 0);
   for (int64_t i = 0; i < M; i++)
     for (int64_t kg = 0; kg < sfk_a; kg++) put_sf(sfa, M, sfk_a, 0, i, kg, (uint8_t)r.range(119, 123));
@@ -88,7 +129,7 @@ bool run_case(dsk_ctx *cpu, const Case &c, uint64_t seed) {
   d.sfa.mn = M;
   d.sfa.sf_k = sfk_a;
   d.m_indices = mind.data();
-  d.b_fmt = DSK_MOE_W_MXFP4;
+  d.b_fmt = c.mx ? DSK_MOE_W_MXFP4 : DSK_MOE_W_FP8;
   d.B = B.data();
   d.sfb.words = sfb.data();
   d.sfb.groups = EL;
@@ -99,38 +140,68 @@ bool run_case(dsk_ctx *cpu, const Case &c, uint64_t seed) {
   d.tactic.version = DSK_MOE_GEMM_TACTIC_VERSION;
   d.tactic.v[0] = 64;
   d.tactic.v[1] = 16 * c.nw;
-  d.tactic.v[2] = 1;
+  d.tactic.v[2] = 1; /* the reference's result does not depend on the split; the kernel gets c.ks below */
 
-  /* the kernel, as dsk__cuda_moe_gemm launches it */
+  /* the kernel, with the arguments dsk__cuda_moe_gemm / dsk__cuda_dense_fp8_gemm build */
   d.D = reinterpret_cast<dsk_bf16 *>(Dx.data());
   d.counters = &cnt_x;
-  const GemmArgs a = grouped_args(&d, 64);
-  const unsigned gx = (unsigned)((N + 16 * c.nw - 1) / (16 * c.nw)), gy = (unsigned)a.mblocks;
-  auto launch = [&](auto kern, size_t bytes) {
-    EXPECT(bytes <= sizeof smem, "%s: %zu B of shared memory > the emulation's %zu", c.name, bytes, sizeof smem);
-    if (bytes <= sizeof smem) emu::launch(gx, gy, 32 * c.nw, smem, bytes, [&] { kern(a); });
-  };
-  if (c.nw == 4 && c.st == 4) launch(moe_gemm_skinny_kernel<4, 4>, (size_t)Sk<4, 4>::smem(K));
-  else if (c.nw == 8 && c.st == 4) launch(moe_gemm_skinny_kernel<8, 4>, (size_t)Sk<8, 4>::smem(K));
-  else if (c.nw == 8 && c.st == 3) launch(moe_gemm_skinny_kernel<8, 3>, (size_t)Sk<8, 3>::smem(K));
-  else if (c.nw == 8 && c.st == 2) launch(moe_gemm_skinny_kernel<8, 2>, (size_t)Sk<8, 2>::smem(K));
-  else if (c.nw == 4 && c.st == 2) launch(moe_gemm_skinny_kernel<4, 2>, (size_t)Sk<4, 2>::smem(K));
-  else {
-    EXPECT(false, "%s: no instantiation for %d warps, ring %d", c.name, c.nw, c.st);
-    return false;
+  GemmArgs a = grouped_args(&d, 64);
+  a.ksplit = c.ks;
+  if (dense) { /* as dsk__cuda_dense_fp8_gemm */
+    a.sfa_T4 = (M + 3) / 4 * 4;
+    a.m_indices = nullptr;
+    a.B_row = K;
+    a.B_group = 0;
+    a.sfb_group = 0;
+    a.M = M;
+    a.bm = c.dense_bm;
+    a.E_local = 1;
+    a.mblocks = (M + c.dense_bm - 1) / c.dense_bm;
+    a.counters = nullptr;
   }
+  const bool launched = c.mx ? launch_cfg<true>(c, a, (unsigned)a.mblocks) : launch_cfg<false>(c, a, (unsigned)a.mblocks);
+  EXPECT(launched, "%s: no instantiation for %d warps, ring %d, split %d", c.name, c.nw, c.st, c.ks);
+  if (!launched) return false;
 
   /* the reference */
-  d.D = reinterpret_cast<dsk_bf16 *>(Dr.data());
-  d.counters = &cnt_r;
+  dsk_status st;
   dsk_plan_info pi;
   memset(&pi, 0, sizeof pi);
   pi.struct_size = sizeof pi;
-  dsk_status st = dsk_moe_gemm_plan(cpu, &d, &pi);
-  std::vector<uint8_t> ws((size_t)(pi.workspace_bytes > 0 ? pi.workspace_bytes : 1) + 64);
-  d.workspace = reinterpret_cast<void *>(((uintptr_t)ws.data() + 63) & ~(uintptr_t)63);
-  d.workspace_bytes = pi.workspace_bytes;
-  if (st == DSK_STATUS_OK) st = dsk_moe_gemm(cpu, &d);
+  std::vector<uint8_t> ws;
+  if (dense) {
+    dsk_dense_gemm_desc e;
+    memset(&e, 0, sizeof e);
+    e.struct_size = sizeof e;
+    e.M = M;
+    e.N = N;
+    e.K = K;
+    e.A = A.data();
+    e.A_stride = As;
+    e.sfa = d.sfa;
+    e.B = B.data();
+    e.sfb = d.sfb;
+    e.D = reinterpret_cast<dsk_bf16 *>(Dr.data());
+    e.D_stride = Ds;
+    e.tactic.op = DSK_OP_MOE_DENSE_GEMM;
+    e.tactic.version = DSK_DENSE_GEMM_TACTIC_VERSION;
+    e.tactic.v[0] = c.dense_bm;
+    e.tactic.v[1] = 16 * c.nw;
+    e.tactic.v[2] = 1;
+    st = dsk_dense_fp8_gemm_plan(cpu, &e, &pi);
+    ws.resize((size_t)(pi.workspace_bytes > 0 ? pi.workspace_bytes : 1) + 64);
+    e.workspace = reinterpret_cast<void *>(((uintptr_t)ws.data() + 63) & ~(uintptr_t)63);
+    e.workspace_bytes = pi.workspace_bytes;
+    if (st == DSK_STATUS_OK) st = dsk_dense_fp8_gemm(cpu, &e);
+  } else {
+    d.D = reinterpret_cast<dsk_bf16 *>(Dr.data());
+    d.counters = &cnt_r;
+    st = dsk_moe_gemm_plan(cpu, &d, &pi);
+    ws.resize((size_t)(pi.workspace_bytes > 0 ? pi.workspace_bytes : 1) + 64);
+    d.workspace = reinterpret_cast<void *>(((uintptr_t)ws.data() + 63) & ~(uintptr_t)63);
+    d.workspace_bytes = pi.workspace_bytes;
+    if (st == DSK_STATUS_OK) st = dsk_moe_gemm(cpu, &d);
+  }
   EXPECT(st == DSK_STATUS_OK, "%s: cpu-ref: %s: %s", c.name, dsk_status_name(st), dsk_last_error());
   if (st != DSK_STATUS_OK) return false;
 
@@ -139,7 +210,7 @@ bool run_case(dsk_ctx *cpu, const Case &c, uint64_t seed) {
   int64_t n = 0, touched = 0, bad = 0;
   for (int64_t row = 0; row < M; row++) {
     const int32_t e = mind[(size_t)(row / 64 * 64)];
-    const bool written = e >= 0 && e < EL && mind[(size_t)row] >= 0;
+    const bool written = dense || (e >= 0 && e < EL && mind[(size_t)row] >= 0);
     for (int64_t col = 0; col < Ds; col++) {
       const uint16_t x = Dx[(size_t)(row * Ds + col)], y = Dr[(size_t)(row * Ds + col)];
       if (!written || col >= N) {
@@ -179,13 +250,24 @@ int main() {
   dsk_ctx *cpu = emu_test::cpu_ctx();
   if (!cpu) return 1;
   const uint64_t L1 = 1ull, L9 = 0x1F1ull | (1ull << 40) | (1ull << 63), L64 = ~0ull;
+  const uint64_t L33 = (1ull << 33) - 1, L20 = (1ull << 20) - 1;
   const Case cases[] = {
-      /* name, warps, ring, N, K, EL, blocks, experts, live rows */
-      {"8 warps ring 4: 1 row, 9 rows (2 groups), -1", 8, 4, 256, 512, 3, 3, {0, 2, -1}, {L1, L9, 0}},
-      {"4 warps ring 4: bad expert, 64 rows (8 groups)", 4, 4, 128, 384, 2, 3, {1, 5, 0}, {L9, L1, L64}},
-      {"8 warps ring 3: K 640", 8, 3, 128, 640, 2, 2, {1, 0}, {L9, L1 | (1ull << 33)}},
-      {"8 warps ring 2: K 256 (2 K tiles)", 8, 2, 256, 256, 1, 2, {0, 0}, {L1, L9}},
-      {"4 warps ring 2: K 128 (1 K tile)", 4, 2, 128, 128, 2, 2, {1, 0}, {L9, L1}},
+      /* name, warps, ring, MXFP4, split, dense BLOCK_M, N, K, EL, blocks, experts, live rows */
+      {"MX 8 warps ring 4: 1 row, 9 rows (2 groups), -1", 8, 4, true, 1, 0, 256, 512, 3, 3, {0, 2, -1}, {L1, L9, 0}},
+      {"MX 4 warps ring 4: bad expert, 64 rows (8 groups)", 4, 4, true, 1, 0, 128, 384, 2, 3, {1, 5, 0}, {L9, L1, L64}},
+      {"MX 8 warps ring 3: K 640", 8, 3, true, 1, 0, 128, 640, 2, 2, {1, 0}, {L9, L1 | (1ull << 33)}},
+      {"MX 8 warps ring 2: K 256 (2 K tiles)", 8, 2, true, 1, 0, 256, 256, 1, 2, {0, 0}, {L1, L9}},
+      {"MX 4 warps ring 2: K 128 (1 K tile)", 4, 2, true, 1, 0, 128, 128, 2, 2, {1, 0}, {L9, L1}},
+      {"MX 8 warps split 2: K 640 (3 + 2 tiles)", 8, 4, true, 2, 0, 256, 640, 2, 2, {1, 0}, {L9, L1}},
+      {"MX 8 warps split 4 ring 2: K 896", 8, 2, true, 4, 0, 128, 896, 2, 2, {0, 1}, {L1, L9 | (1ull << 62)}},
+      {"MX 4 warps split 4: K 512 (1 tile each)", 4, 4, true, 4, 0, 256, 512, 2, 2, {1, -1}, {L9, 0}},
+      {"FP8 8 warps ring 4: 1 row, 9 rows, -1", 8, 4, false, 1, 0, 256, 512, 3, 3, {0, 2, -1}, {L1, L9, 0}},
+      {"FP8 4 warps ring 2: bad expert, 64 rows", 4, 2, false, 1, 0, 128, 384, 2, 3, {1, 5, 0}, {L9, L1, L64}},
+      {"FP8 8 warps ring 3 split 2: K 640", 8, 3, false, 2, 0, 128, 640, 2, 2, {1, 0}, {L9, L1 | (1ull << 33)}},
+      {"FP8 4 warps split 4: K 1024", 4, 4, false, 4, 0, 128, 1024, 1, 1, {0}, {L9}},
+      {"dense FP8 BLOCK_M 16 split 4: M 1", 4, 4, false, 4, 16, 256, 512, 1, 1, {0}, {L1}},
+      {"dense FP8 BLOCK_M 16 8 warps split 2: M 20", 8, 2, false, 2, 16, 128, 768, 1, 1, {0}, {L20}},
+      {"dense FP8 BLOCK_M 32 split 1: M 97", 8, 4, false, 1, 32, 128, 256, 1, 2, {0, 0}, {L33, 0}},
   };
   int ok = 0, n = 0;
   for (const Case &c : cases) {

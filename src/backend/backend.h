@@ -88,6 +88,13 @@ typedef struct dsk_backend {
   dsk_status (*moe_route)(dsk_ctx *ctx, const dsk_moe_route_desc *d);
   dsk_status (*moe_permute)(dsk_ctx *ctx, const dsk_moe_permute_desc *d);
   dsk_status (*moe_gemm)(dsk_ctx *ctx, const dsk_moe_gemm_desc *d, const dsk_tactic *t);
+  /* Workspace bytes of a grouped (grouped = 1, rows = M_sum) or dense
+   * (grouped = 0, rows = M) GEMM under the resolved tactic t, fmt a
+   * dsk_moe_wfmt. NULL: split x rows x N x 4 for split > 1 (fp32 partials),
+   * else 0. The CUDA backend returns 0 where its skinny kernel serves the
+   * split with warps of one CTA (docs/moe.md). */
+  int64_t (*moe_gemm_workspace)(const dsk_ctx *ctx, int grouped, int fmt, int64_t rows, int64_t N, int64_t K,
+                                const dsk_tactic *t);
   dsk_status (*swiglu_quant)(dsk_ctx *ctx, const dsk_swiglu_quant_desc *d);
   dsk_status (*moe_gather)(dsk_ctx *ctx, const dsk_moe_gather_desc *d);
   dsk_status (*dense_fp8_gemm)(dsk_ctx *ctx, const dsk_dense_gemm_desc *d, const dsk_tactic *t);

@@ -140,14 +140,18 @@ static dsk_status check_weights(const char *op, const char *name, const dsk_moe_
   return DSK_STATUS_OK;
 }
 
-/* The split-K a forward GEMM runs with (results do not depend on it):
- * routed GEMMs 1 (their partials, split x M_sum x N x 4 bytes, would
- * outgrow the layer's workspace); dense GEMMs the tactic's split, halved
- * until split x T <= 4 x min(T, DSK__MOE_FWD_SPLIT_ROWS) so the partials
- * fit the gws region of dsk__moe_ws_layout. */
-static void fwd_split(dsk_tactic *t, int64_t T, int dense) {
+/* The split-K a forward GEMM runs with (results do not depend on it beyond
+ * fp32 summation order): the tactic's split where the backend needs no
+ * workspace for it (dsk__moe_gemm_ws_bytes 0: the CUDA skinny kernel's warp
+ * slices); otherwise routed GEMMs 1 (their partials, split x M_sum x N x 4
+ * bytes, would outgrow the layer's workspace) and dense GEMMs the tactic's
+ * split, halved until split x T <= 4 x min(T, DSK__MOE_FWD_SPLIT_ROWS) so the
+ * partials fit the gws region of dsk__moe_ws_layout. */
+static void fwd_split(const dsk_ctx *ctx, dsk_tactic *t, int fmt, int64_t rows, int64_t N, int64_t K, int64_t T,
+                      int dense) {
+  if (t->v[2] <= 1 || dsk__moe_gemm_ws_bytes(ctx, !dense, fmt, rows, N, K, t) == 0) return;
   if (!dense) {
-    if (t->v[2] > 1) t->v[2] = 1;
+    t->v[2] = 1;
     return;
   }
   while (t->v[2] > 1 && t->v[2] * T > 4 * fwd_split_rows(T)) t->v[2] /= 2;
@@ -221,8 +225,8 @@ dsk_status dsk__moe_fwd_validate(const dsk_ctx *ctx, const dsk_moe_desc *d, int 
                            d->topk, Tp, em, mode, op, "fc1_tactic", t1, src1));
   TRY(dsk__moe_gemm_tactic(ctx, &d->fc2_tactic, (int)d->routed.fmt, ws->A_used, d->H, d->routed.I, d->E_local, d->topk,
                            Tp, em, mode, op, "fc2_tactic", t2, NULL));
-  fwd_split(t1, Tp, 0);
-  fwd_split(t2, Tp, 0);
+  fwd_split(ctx, t1, (int)d->routed.fmt, ws->M_sum, 2 * d->routed.I, d->H, Tp, 0);
+  fwd_split(ctx, t2, (int)d->routed.fmt, ws->M_sum, d->H, d->routed.I, Tp, 0);
   memset(ts, 0, 2 * sizeof *ts);
   if (d->shared.w13) {
     dsk_dense_gemm_desc e; /* the shape fields dsk__moe_dense_resolve reads; tactic all zero */
@@ -234,8 +238,8 @@ dsk_status dsk__moe_fwd_validate(const dsk_ctx *ctx, const dsk_moe_desc *d, int 
     e.N = d->H;
     e.K = d->shared.I;
     TRY(dsk__moe_dense_resolve(ctx, &e, mode, &ts[1], NULL));
-    fwd_split(&ts[0], Tp, 1);
-    fwd_split(&ts[1], Tp, 1);
+    fwd_split(ctx, &ts[0], DSK_MOE_W_FP8, Tp, 2 * d->shared.I, d->H, Tp, 1);
+    fwd_split(ctx, &ts[1], DSK_MOE_W_FP8, Tp, d->H, d->shared.I, Tp, 1);
   }
   if (run) TRY(check_workspace(op, d->workspace, d->workspace_bytes, ws->total));
   return DSK_STATUS_OK;

@@ -15,6 +15,13 @@
 #include "moe_internal.h"
 #include "../tune/tuner.h"
 
+/* DSK_MOE_SKINNY_KSPLIT (compile-time; default 1): the grouped heuristic's
+ * larger split-K at BLOCK_M 64 for the skinny kernel's warp slices; 0 keeps
+ * autotune.md §1's rule alone (the A/B baseline). */
+#ifndef DSK_MOE_SKINNY_KSPLIT
+#define DSK_MOE_SKINNY_KSPLIT 1
+#endif
+
 static void tactic_set(dsk_tactic *t, int op, int version, int32_t bm, int32_t bn, int32_t split) {
   memset(t, 0, sizeof *t);
   t->op = op;
@@ -23,7 +30,9 @@ static void tactic_set(dsk_tactic *t, int op, int version, int32_t bm, int32_t b
   t->v[1] = bn;
   t->v[2] = split;
 }
-int64_t dsk__moe_gemm_ws_bytes(const dsk_tactic *t, int64_t rows, int64_t N) {
+int64_t dsk__moe_gemm_ws_bytes(const dsk_ctx *ctx, int grouped, int fmt, int64_t rows, int64_t N, int64_t K,
+                               const dsk_tactic *t) {
+  if (ctx->backend->moe_gemm_workspace) return ctx->backend->moe_gemm_workspace(ctx, grouped, fmt, rows, N, K, t);
   return t->v[2] > 1 ? (int64_t)t->v[2] * rows * N * 4 : 0;
 }
 
@@ -105,9 +114,21 @@ static void moe_heuristic(const dsk_ctx *ctx, int64_t A_used, int64_t N, int64_t
                           dsk_tactic *out) {
   const int64_t em = rows > 0 ? rows : A_used;
   const int64_t a = em < E_local ? em : E_local;
+  const int32_t bm = A_used % 128 == 0 ? 128 : 64;
   int32_t bn, sp;
   heuristic_n_split(a, N, K, ctx->info.sm_count, &bn, &sp);
-  tactic_set(out, DSK_OP_MOE_GEMM, DSK_MOE_GEMM_TACTIC_VERSION, A_used % 128 == 0 ? 128 : 64, bn, sp);
+#if DSK_MOE_SKINNY_KSPLIT
+  /* [dsk] BLOCK_M 64 runs the CUDA skinny kernel (docs/moe.md), whose
+   * split-K slices are warps of one CTA: one CTA per SM leaves an SM with 4
+   * or 8 warps, so there the split grows until the CTAs cover every SM
+   * twice (a * (N / BLOCK_N) * split >= 2 * num_SMs), K / split staying a
+   * multiple of 128 */
+  if (bm == 64 && bn <= 128) {
+    const int sms = ctx->info.sm_count > 0 ? ctx->info.sm_count : 1;
+    while (sp < 4 && a * (N / bn) * sp < 2 * (int64_t)sms && (K / (2 * sp)) % 128 == 0 && K % (2 * sp) == 0) sp *= 2;
+  }
+#endif
+  tactic_set(out, DSK_OP_MOE_GEMM, DSK_MOE_GEMM_TACTIC_VERSION, bm, bn, sp);
 }
 
 static void dense_heuristic(const dsk_ctx *ctx, int64_t M, int64_t N, int64_t K, dsk_tactic *out) {
@@ -233,7 +254,7 @@ dsk_status dsk__moe_gemm_validate(const dsk_ctx *ctx, const dsk_moe_gemm_desc *d
   /* last, so a descriptor that fails validation never counts a lookup */
   TRY(dsk__moe_gemm_tactic(ctx, &d->tactic, (int)d->b_fmt, d->A_used, d->N, d->K, d->E_local, 0, 0, d->expected_m, mode,
                            op, "tactic", t, src));
-  if (run) TRY(check_workspace(op, d->workspace, d->workspace_bytes, dsk__moe_gemm_ws_bytes(t, d->M_sum, d->N)));
+  if (run) TRY(check_workspace(op, d->workspace, d->workspace_bytes, dsk__moe_gemm_ws_bytes(ctx, 1, (int)d->b_fmt, d->M_sum, d->N, d->K, t)));
   return DSK_STATUS_OK;
 }
 
@@ -243,7 +264,7 @@ dsk_status dsk_moe_gemm_plan(dsk_ctx *ctx, const dsk_moe_gemm_desc *d, dsk_plan_
   int src = DSK_TACTIC_HEURISTIC;
   memset(&t, 0, sizeof t);
   TRY(dsk__moe_gemm_validate(ctx, d, 0, DSK__TUNE_PLAN, &t, &src));
-  fill_plan(ctx, info, d->M_sum > 0 ? dsk__moe_gemm_ws_bytes(&t, d->M_sum, d->N) : 0, &t, src);
+  fill_plan(ctx, info, d->M_sum > 0 ? dsk__moe_gemm_ws_bytes(ctx, 1, (int)d->b_fmt, d->M_sum, d->N, d->K, &t) : 0, &t, src);
   if (!ctx->backend->moe_gemm) return not_served(ctx, OP_GEMM);
   return DSK_STATUS_OK;
 }
@@ -301,7 +322,7 @@ dsk_status dsk__moe_dense_validate(const dsk_ctx *ctx, const dsk_dense_gemm_desc
   TRY(check_sf(op, "sfb", &d->sfb, 1, d->N, d->K / 128, "FP8 weights: 128x128 blocks broadcast to rows, sf_k = K/128"));
   TRY(check_rows(op, "D", d->D, 2, d->D_stride, d->M, d->N, "bf16 [M, N]"));
   TRY(dsk__moe_dense_resolve(ctx, d, mode, t, src)); /* last: a failing descriptor counts no lookup */
-  if (run) TRY(check_workspace(op, d->workspace, d->workspace_bytes, dsk__moe_gemm_ws_bytes(t, d->M, d->N)));
+  if (run) TRY(check_workspace(op, d->workspace, d->workspace_bytes, dsk__moe_gemm_ws_bytes(ctx, 0, DSK_MOE_W_FP8, d->M, d->N, d->K, t)));
   return DSK_STATUS_OK;
 }
 
@@ -311,7 +332,7 @@ dsk_status dsk_dense_fp8_gemm_plan(dsk_ctx *ctx, const dsk_dense_gemm_desc *d, d
   int src = DSK_TACTIC_HEURISTIC;
   memset(&t, 0, sizeof t);
   TRY(dsk__moe_dense_validate(ctx, d, 0, DSK__TUNE_PLAN, &t, &src));
-  fill_plan(ctx, info, d->M > 0 ? dsk__moe_gemm_ws_bytes(&t, d->M, d->N) : 0, &t, src);
+  fill_plan(ctx, info, d->M > 0 ? dsk__moe_gemm_ws_bytes(ctx, 0, DSK_MOE_W_FP8, d->M, d->N, d->K, &t) : 0, &t, src);
   if (!ctx->backend->dense_fp8_gemm) return not_served(ctx, OP_DENSE);
   return DSK_STATUS_OK;
 }

@@ -198,8 +198,11 @@ dsk_status dsk__moe_dense_resolve(const dsk_ctx *ctx, const dsk_dense_gemm_desc 
 
 /* moe_forward.c: the validator of dsk_moe_run / dsk_moe_plan, and the first
  * slot dsk_moe_run needs that backend b lacks (NULL: served). */
-/* split-K partials of a GEMM tactic: split x rows x N x 4 bytes when split > 1, else 0 */
-int64_t dsk__moe_gemm_ws_bytes(const dsk_tactic *t, int64_t rows, int64_t N);
+/* workspace of a GEMM under tactic t (grouped: rows = M_sum; dense: rows =
+ * M): the backend's moe_gemm_workspace, else split-K partials of split x
+ * rows x N x 4 bytes when split > 1, else 0 */
+int64_t dsk__moe_gemm_ws_bytes(const dsk_ctx *ctx, int grouped, int fmt, int64_t rows, int64_t N, int64_t K,
+                               const dsk_tactic *t);
 /* rows up to which dsk_moe_run gives the shared expert's GEMMs a split-K of 4 (moe_forward.c) */
 #define DSK__MOE_FWD_SPLIT_ROWS 256
 dsk_status dsk__moe_fwd_validate(const dsk_ctx *ctx, const dsk_moe_desc *d, int run, int mode, dsk__moe_ws *ws,

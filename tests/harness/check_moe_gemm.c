@@ -455,6 +455,9 @@ int check_gemm_tactics(dsk_ctx *ctx, dsk_ctx *ref, int same, const dsk_check_opt
        * 3-deep (K 7296) and a 2-deep (K 8576) weight ring at BLOCK_N 128 */
       {"fp8xfp4 A64 K 7296", 1, 0, 256, 7296, 2, 64, {3, 9}, 0, 0},
       {"fp8xfp4 A64 K 8576", 1, 0, 128, 8576, 2, 64, {1, 70}, 0, 0},
+      /* split 4 at BLOCK_M 64: the skinny kernel's K slices over warps (MXFP4, FP8) */
+      {"fp8xfp4 A64 K 1024 split 4", 1, 0, 256, 1024, 3, 64, {1, 9, 64}, 0, 0},
+      {"fp8xfp8 A64 K 512 split 4", 0, 0, 256, 512, 3, 64, {2, 0, 17}, 0, 1},
       {"fp8xfp8 A64", 0, 0, 384, 384, 4, 64, {3, 64, 0, 65}, 0, 0},
       {"fp8xfp8 A128 bad block", 0, 0, 256, 256, 2, 128, {129, 7}, 0, 1},
       {"dense M 1", 0, 1, 384, 256, 1, 1, {0}, 0, 0},

@@ -93,6 +93,8 @@ dsk_status dsk__cuda_moe_gather(dsk_ctx *ctx, const dsk_moe_gather_desc *d);
  * the dense FP8 GEMM; e4m3 m16n8k32 MMAs on sm_120, f16 MMAs on sm_90 */
 dsk_status dsk__cuda_moe_gemm(dsk_ctx *ctx, const dsk_moe_gemm_desc *d, const dsk_tactic *t);
 dsk_status dsk__cuda_dense_fp8_gemm(dsk_ctx *ctx, const dsk_dense_gemm_desc *d, const dsk_tactic *t);
+int64_t dsk__cuda_moe_gemm_workspace(const dsk_ctx *ctx, int grouped, int fmt, int64_t rows, int64_t N, int64_t K,
+                                     const dsk_tactic *t);
 
 #ifdef __cplusplus
 }

@@ -37,6 +37,7 @@
   .swiglu_quant = dsk__cuda_swiglu_quant,                 \
   .moe_gather = dsk__cuda_moe_gather,                     \
   .moe_gemm = dsk__cuda_moe_gemm,                         \
+  .moe_gemm_workspace = dsk__cuda_moe_gemm_workspace,     \
   .dense_fp8_gemm = dsk__cuda_dense_fp8_gemm
 
 const dsk_backend dsk__backend_cuda_sm90 = {

@@ -90,9 +90,10 @@
 #ifndef DSK_MOE_MMA
 #define DSK_MOE_MMA 0
 #endif
-/* DSK_MOE_SKINNY (compile-time; default 1): grouped MXFP4 calls at BLOCK_M 64
- * and split 1 run the decode-shaped kernel of moe_gemm_skinny.cuh; 0 keeps
- * them on the tiled kernel (the A/B baseline). */
+/* DSK_MOE_SKINNY (compile-time; default 1): grouped calls at BLOCK_M 64 and
+ * dense calls of at most 8 rows, with BLOCK_N 64 / 128, run the
+ * decode-shaped kernel of moe_gemm_skinny.cuh (skinny_ring); 0 keeps them on
+ * the tiled kernel (the A/B baseline). */
 #ifndef DSK_MOE_SKINNY
 #define DSK_MOE_SKINNY 1
 #endif
@@ -105,6 +106,8 @@
 extern "C" {
 dsk_status dsk__cuda_moe_gemm(dsk_ctx *ctx, const dsk_moe_gemm_desc *d, const dsk_tactic *t);
 dsk_status dsk__cuda_dense_fp8_gemm(dsk_ctx *ctx, const dsk_dense_gemm_desc *d, const dsk_tactic *t);
+int64_t dsk__cuda_moe_gemm_workspace(const dsk_ctx *ctx, int grouped, int fmt, int64_t rows, int64_t N, int64_t K,
+                                     const dsk_tactic *t);
 }
 
 namespace {
@@ -633,45 +636,73 @@ dsk_status launch_tiled(const dsk_ctx *ctx, const GemmArgs &a, cudaStream_t s, c
 
 #include "moe_gemm_skinny.cuh"
 
-template <int NW, int ST>
-dsk_status launch_skinny_st(const dsk_ctx *ctx, const GemmArgs &a, cudaStream_t s, const char *what) {
-  const int64_t smem = Sk<NW, ST>::smem((int64_t)a.KT * 128);
-  DSK_CUDA_TRY(what, cudaFuncSetAttribute(moe_gemm_skinny_kernel<NW, ST>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                          (int)smem));
+template <int NW, int ST, bool MX, int KS>
+dsk_status launch_skinny_ks(const dsk_ctx *ctx, const GemmArgs &a, cudaStream_t s, const char *what) {
+  (void)ctx;
+  using S = Sk<NW, ST, MX>;
+  const int64_t smem = S::smem((int64_t)a.KT * 128);
+  DSK_CUDA_TRY(what, cudaFuncSetAttribute(moe_gemm_skinny_kernel<NW, ST, MX, KS>,
+                                          cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
   const int64_t gy = a.mblocks < 65535 ? a.mblocks : 65535, gz = (a.mblocks + 65534) / 65535;
-  const dim3 grid(dsk__ceil_div_u(a.N, 16 * NW), (unsigned)gy, (unsigned)gz);
-  moe_gemm_skinny_kernel<NW, ST><<<grid, Sk<NW, ST>::THREADS, (size_t)smem, s>>>(a);
+  const dim3 grid(dsk__ceil_div_u(a.N, 16 * NW / KS), (unsigned)gy, (unsigned)gz);
+  moe_gemm_skinny_kernel<NW, ST, MX, KS><<<grid, S::THREADS, (size_t)smem, s>>>(a);
   DSK_CUDA_LAUNCHED(what);
   return DSK_STATUS_OK;
 }
 
+template <int NW, int ST, bool MX>
+dsk_status launch_skinny_st(const dsk_ctx *ctx, const GemmArgs &a, cudaStream_t s, int ks, const char *what) {
+  if (ks == 4) return launch_skinny_ks<NW, ST, MX, 4>(ctx, a, s, what);
+  if (ks == 2) return launch_skinny_ks<NW, ST, MX, 2>(ctx, a, s, what);
+  return launch_skinny_ks<NW, ST, MX, 1>(ctx, a, s, what);
+}
+
 /* The deepest ring whose shared memory fits both the device's opt-in limit
  * and SM120's (0: none, the call stays on the tiled kernel). */
-template <int NW>
+template <int NW, bool MX>
 int skinny_stages(const dsk_ctx *ctx, int64_t K) {
   const int64_t lim = dsk__cuda_state(ctx)->smem_optin < kSmemBudget ? dsk__cuda_state(ctx)->smem_optin : kSmemBudget;
-  if (Sk<NW, 4>::smem(K) <= lim) return 4;
-  if (Sk<NW, 3>::smem(K) <= lim) return 3;
-  if (Sk<NW, 2>::smem(K) <= lim) return 2;
+  if (Sk<NW, 4, MX>::smem(K) <= lim) return 4;
+  if (Sk<NW, 3, MX>::smem(K) <= lim) return 3;
+  if (Sk<NW, 2, MX>::smem(K) <= lim) return 2;
   return 0;
 }
 
-template <int NW>
-dsk_status launch_skinny(const dsk_ctx *ctx, const GemmArgs &a, cudaStream_t s, int st, const char *what) {
-  if (st == 4) return launch_skinny_st<NW, 4>(ctx, a, s, what);
-  if (st == 3) return launch_skinny_st<NW, 3>(ctx, a, s, what);
-  return launch_skinny_st<NW, 2>(ctx, a, s, what);
+template <int NW, bool MX>
+dsk_status launch_skinny_nw(const dsk_ctx *ctx, const GemmArgs &a, cudaStream_t s, int st, const char *what) {
+  const int ks = a.ksplit;
+  if (st == 4) return launch_skinny_st<NW, 4, MX>(ctx, a, s, ks, what);
+  if (st == 3) return launch_skinny_st<NW, 3, MX>(ctx, a, s, ks, what);
+  return launch_skinny_st<NW, 2, MX>(ctx, a, s, ks, what);
 }
 
-/* The skinny kernel serves the call when it can: grouped MXFP4, BLOCK_M 64,
- * split 1, BLOCK_N 64 or 128 (4 or 8 warps), and a ring of at least two K
+dsk_status launch_skinny(const dsk_ctx *ctx, const GemmArgs &a, cudaStream_t s, bool mx, int bn, int st,
+                         const char *what) {
+  if (mx) return bn == 64 ? launch_skinny_nw<4, true>(ctx, a, s, st, what) : launch_skinny_nw<8, true>(ctx, a, s, st, what);
+  return bn == 64 ? launch_skinny_nw<4, false>(ctx, a, s, st, what) : launch_skinny_nw<8, false>(ctx, a, s, st, what);
+}
+
+/* Dense calls run the skinny kernel up to this many rows, one group of 8:
+ * it streams the weights once per group, and at M 16 (two passes) the
+ * tiled kernel was faster on the H200 (docs/benchmarks.md, MoE v5). */
+constexpr int64_t kSkDenseMaxRows = 8;
+
+/* The skinny kernel serves the call when it can: grouped calls at BLOCK_M
+ * 64 or dense calls of at most kSkDenseMaxRows rows (any BLOCK_M), MXFP4
+ * or FP8 weights, BLOCK_N 64 or 128 (4 or 8 warps), split-K 1, 2 or 4
+ * (warp slices: no partials in the workspace), and a ring of at least two K
  * tiles next to the A rows (which grow with K) within the device's and
  * SM120's shared memory. Returns that ring depth, or 0 to leave the call to
  * the tiled kernel. */
-int skinny_ring(const dsk_ctx *ctx, const GemmArgs &a, int bm, int bn) {
-  if (!DSK_MOE_SKINNY || !a.m_indices || bm != 64 || a.ksplit != 1 || (bn != 64 && bn != 128)) return 0;
-  const int64_t K = (int64_t)a.KT * 128;
-  return bn == 64 ? skinny_stages<4>(ctx, K) : skinny_stages<8>(ctx, K);
+int skinny_ring_shape(const dsk_ctx *ctx, bool grouped, bool mx, int bm, int bn, int split, int64_t rows, int64_t K) {
+  if (!DSK_MOE_SKINNY || (bn != 64 && bn != 128)) return 0;
+  if (grouped ? bm != 64 : rows > kSkDenseMaxRows) return 0;
+  if (split != 1 && split != 2 && split != 4) return 0;
+  if (mx) return bn == 64 ? skinny_stages<4, true>(ctx, K) : skinny_stages<8, true>(ctx, K);
+  return bn == 64 ? skinny_stages<4, false>(ctx, K) : skinny_stages<8, false>(ctx, K);
+}
+int skinny_ring(const dsk_ctx *ctx, const GemmArgs &a, bool mx, int bm, int bn) {
+  return skinny_ring_shape(ctx, a.m_indices != nullptr, mx, bm, bn, a.ksplit, a.M, (int64_t)a.KT * 128);
 }
 
 template <bool MX, bool F16>
@@ -749,9 +780,18 @@ extern "C" dsk_status dsk__cuda_moe_gemm(dsk_ctx *ctx, const dsk_moe_gemm_desc *
   GemmArgs a = grouped_args(d, bm);
   split_setup(&a, t, d->workspace);
   if (!aligned16(d->A) || (d->A_stride & 15) != 0 || !aligned16(d->B)) return launch_simple(a, s, mx, what);
-  const int ring = mx ? skinny_ring(ctx, a, bm, bn) : 0;
-  if (ring) return bn == 64 ? launch_skinny<4>(ctx, a, s, ring, what) : launch_skinny<8>(ctx, a, s, ring, what);
+  const int ring = skinny_ring(ctx, a, mx, bm, bn);
+  if (ring) return launch_skinny(ctx, a, s, mx, bn, ring, what);
   return mx ? launch_path<true>(ctx, a, s, bm, bn, what) : launch_path<false>(ctx, a, s, bm, bn, what);
+}
+
+extern "C" int64_t dsk__cuda_moe_gemm_workspace(const dsk_ctx *ctx, int grouped, int fmt, int64_t rows, int64_t N,
+                                                int64_t K, const dsk_tactic *t) {
+  const int split = t->v[2];
+  if (split <= 1) return 0;
+  /* the skinny kernel splits K over warps of one CTA: no partials */
+  if (skinny_ring_shape(ctx, grouped != 0, fmt == DSK_MOE_W_MXFP4, t->v[0], t->v[1], split, rows, K)) return 0;
+  return (int64_t)split * rows * N * 4;
 }
 
 extern "C" dsk_status dsk__cuda_dense_fp8_gemm(dsk_ctx *ctx, const dsk_dense_gemm_desc *d, const dsk_tactic *t) {
@@ -786,5 +826,7 @@ extern "C" dsk_status dsk__cuda_dense_fp8_gemm(dsk_ctx *ctx, const dsk_dense_gem
   a.counters = nullptr;
   split_setup(&a, t, d->workspace);
   if (!aligned16(d->A) || (d->A_stride & 15) != 0 || !aligned16(d->B)) return launch_simple(a, s, 0, what);
+  const int ring = skinny_ring(ctx, a, false, bm, bn);
+  if (ring) return launch_skinny(ctx, a, s, false, bn, ring, what);
   return launch_path<false>(ctx, a, s, bm, bn, what);
 }
