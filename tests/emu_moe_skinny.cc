@@ -7,7 +7,9 @@
  * live-row lists (grouped: groups of 8, rows anywhere in a block; dense: the
  * rows below M of each BLOCK_M block), the weight ring at every depth the
  * launcher can pick (4, 3, 2), both warp counts, split-K over 1, 2 and 4
- * warp slices (K tiles interleaved, sums added in slice order), the skipped
+ * warp slices (ring stages interleaved, sums added in slice order), MXFP4
+ * stages of one and of two K tiles (every MXFP4 case runs both; a half
+ * stage at an odd K / 128), the skipped
  * (-1) and bad-expert blocks with their counter, and that padding rows and
  * stride gaps of D are never written. Not races or speed (compute-sanitizer
  * and the benchmarks on a GPU).
@@ -55,29 +57,30 @@ struct Case {
   uint64_t live[6];
 };
 
-template <int NW, int ST, bool MX>
+template <int NW, int ST, bool MX, int TPS>
 bool launch_ks(const Case &c, const GemmArgs &a, unsigned gy) {
-  const size_t bytes = (size_t)Sk<NW, ST, MX>::smem((int64_t)a.KT * 128);
+  const size_t bytes = (size_t)Sk<NW, ST, MX, TPS>::smem((int64_t)a.KT * 128);
   EXPECT(bytes <= sizeof smem, "%s: %zu B of shared memory > the emulation's %zu", c.name, bytes, sizeof smem);
   if (bytes > sizeof smem) return false;
   const unsigned gx = (unsigned)((a.N + 16 * NW / c.ks - 1) / (16 * NW / c.ks));
-  if (c.ks == 1) emu::launch(gx, gy, 32 * NW, smem, bytes, [&] { moe_gemm_skinny_kernel<NW, ST, MX, 1>(a); });
-  else if (c.ks == 2) emu::launch(gx, gy, 32 * NW, smem, bytes, [&] { moe_gemm_skinny_kernel<NW, ST, MX, 2>(a); });
-  else if (c.ks == 4) emu::launch(gx, gy, 32 * NW, smem, bytes, [&] { moe_gemm_skinny_kernel<NW, ST, MX, 4>(a); });
+  if (c.ks == 1) emu::launch(gx, gy, 32 * NW, smem, bytes, [&] { moe_gemm_skinny_kernel<NW, ST, MX, 1, TPS>(a); });
+  else if (c.ks == 2) emu::launch(gx, gy, 32 * NW, smem, bytes, [&] { moe_gemm_skinny_kernel<NW, ST, MX, 2, TPS>(a); });
+  else if (c.ks == 4) emu::launch(gx, gy, 32 * NW, smem, bytes, [&] { moe_gemm_skinny_kernel<NW, ST, MX, 4, TPS>(a); });
   else return false;
   return true;
 }
-template <bool MX>
+template <bool MX, int TPS>
 bool launch_cfg(const Case &c, const GemmArgs &a, unsigned gy) {
-  if (c.nw == 4 && c.st == 4) return launch_ks<4, 4, MX>(c, a, gy);
-  if (c.nw == 4 && c.st == 2) return launch_ks<4, 2, MX>(c, a, gy);
-  if (c.nw == 8 && c.st == 4) return launch_ks<8, 4, MX>(c, a, gy);
-  if (c.nw == 8 && c.st == 3) return launch_ks<8, 3, MX>(c, a, gy);
-  if (c.nw == 8 && c.st == 2) return launch_ks<8, 2, MX>(c, a, gy);
+  if (c.nw == 4 && c.st == 4) return launch_ks<4, 4, MX, TPS>(c, a, gy);
+  if (c.nw == 4 && c.st == 2) return launch_ks<4, 2, MX, TPS>(c, a, gy);
+  if (c.nw == 8 && c.st == 4) return launch_ks<8, 4, MX, TPS>(c, a, gy);
+  if (c.nw == 8 && c.st == 3) return launch_ks<8, 3, MX, TPS>(c, a, gy);
+  if (c.nw == 8 && c.st == 2) return launch_ks<8, 2, MX, TPS>(c, a, gy);
   return false;
 }
 
-bool run_case(dsk_ctx *cpu, const Case &c, uint64_t seed) {
+/* tps: MXFP4 K tiles per ring stage (1 or 2; FP8 1) */
+bool run_case(dsk_ctx *cpu, const Case &c, int tps, uint64_t seed) {
   Rng r{seed | 1};
   const bool dense = c.dense_bm > 0;
   /* dense: M = the length of live[0]'s run of low set bits (plus 64 per further block) */
@@ -159,8 +162,11 @@ bool run_case(dsk_ctx *cpu, const Case &c, uint64_t seed) {
     a.mblocks = (M + c.dense_bm - 1) / c.dense_bm;
     a.counters = nullptr;
   }
-  const bool launched = c.mx ? launch_cfg<true>(c, a, (unsigned)a.mblocks) : launch_cfg<false>(c, a, (unsigned)a.mblocks);
-  EXPECT(launched, "%s: no instantiation for %d warps, ring %d, split %d", c.name, c.nw, c.st, c.ks);
+  const bool launched = !c.mx ? launch_cfg<false, 1>(c, a, (unsigned)a.mblocks)
+                        : tps == 2 ? launch_cfg<true, 2>(c, a, (unsigned)a.mblocks)
+                                   : launch_cfg<true, 1>(c, a, (unsigned)a.mblocks);
+  EXPECT(launched, "%s: no instantiation for %d warps, ring %d, split %d, %d tiles per stage", c.name, c.nw, c.st, c.ks,
+         tps);
   if (!launched) return false;
 
   /* the reference */
@@ -238,8 +244,8 @@ bool run_case(dsk_ctx *cpu, const Case &c, uint64_t seed) {
   EXPECT(worst <= 1.0, "%s: an output differs from the reference by %.2f x its bound (2^-7 relative)", c.name, worst);
   EXPECT(diff <= 1e-5, "%s: diff %.3e vs cpu-ref > 1e-5", c.name, diff);
   EXPECT(cnt_x == cnt_r, "%s: counter %lld, reference %lld", c.name, (long long)cnt_x, (long long)cnt_r);
-  printf("%-44s %4d outputs, diff %.2e, worst %.2f of bound, counter %lld: %s\n", c.name, (int)n, diff, worst,
-         (long long)cnt_x, emu_test::fails() == fails0 ? "ok" : "FAIL");
+  printf("%-50s %d tile%s/stage %5d outputs, diff %.2e, worst %.2f of bound, counter %lld: %s\n", c.name, tps,
+         tps > 1 ? "s" : " ", (int)n, diff, worst, (long long)cnt_x, emu_test::fails() == fails0 ? "ok" : "FAIL");
   fflush(stdout);
   return emu_test::fails() == fails0;
 }
@@ -258,9 +264,10 @@ int main() {
       {"MX 8 warps ring 3: K 640", 8, 3, true, 1, 0, 128, 640, 2, 2, {1, 0}, {L9, L1 | (1ull << 33)}},
       {"MX 8 warps ring 2: K 256 (2 K tiles)", 8, 2, true, 1, 0, 256, 256, 1, 2, {0, 0}, {L1, L9}},
       {"MX 4 warps ring 2: K 128 (1 K tile)", 4, 2, true, 1, 0, 128, 128, 2, 2, {1, 0}, {L9, L1}},
-      {"MX 8 warps split 2: K 640 (3 + 2 tiles)", 8, 4, true, 2, 0, 256, 640, 2, 2, {1, 0}, {L9, L1}},
+      {"MX 8 warps split 2: K 640 (2 + 1 stages)", 8, 4, true, 2, 0, 256, 640, 2, 2, {1, 0}, {L9, L1}},
       {"MX 8 warps split 4 ring 2: K 896", 8, 2, true, 4, 0, 128, 896, 2, 2, {0, 1}, {L1, L9 | (1ull << 62)}},
-      {"MX 4 warps split 4: K 512 (1 tile each)", 4, 4, true, 4, 0, 256, 512, 2, 2, {1, -1}, {L9, 0}},
+      {"MX 4 warps split 4: K 512 (1 stage each)", 4, 4, true, 4, 0, 256, 512, 2, 2, {1, -1}, {L9, 0}},
+      {"MX 4 warps split 2: K 384 (half stage in slice 1)", 4, 4, true, 2, 0, 128, 384, 2, 2, {0, 1}, {L9, L1}},
       {"FP8 8 warps ring 4: 1 row, 9 rows, -1", 8, 4, false, 1, 0, 256, 512, 3, 3, {0, 2, -1}, {L1, L9, 0}},
       {"FP8 4 warps ring 2: bad expert, 64 rows", 4, 2, false, 1, 0, 128, 384, 2, 3, {1, 5, 0}, {L9, L1, L64}},
       {"FP8 8 warps ring 3 split 2: K 640", 8, 3, false, 2, 0, 128, 640, 2, 2, {1, 0}, {L9, L1 | (1ull << 33)}},
@@ -270,10 +277,11 @@ int main() {
       {"dense FP8 BLOCK_M 32 split 1: M 97", 8, 4, false, 1, 32, 128, 256, 1, 2, {0, 0}, {L33, 0}},
   };
   int ok = 0, n = 0;
-  for (const Case &c : cases) {
-    ok += run_case(cpu, c, 0x5eed0000u + (uint64_t)n) ? 1 : 0;
-    n++;
-  }
+  for (const Case &c : cases)
+    for (int tps = 1; tps <= (c.mx ? 2 : 1); tps++) {
+      ok += run_case(cpu, c, tps, 0x5eed0000u + (uint64_t)n) ? 1 : 0;
+      n++;
+    }
   dsk_ctx_destroy(cpu);
   printf("emu_moe_skinny: %d of %d cases passed\n", ok, n);
   return emu_test::fails() ? 1 : 0;

@@ -56,19 +56,24 @@ for what in "${@:-all}"; do
       run memcheck_sm120 env DSK_TEST_AS_SM120=1 compute-sanitizer --tool memcheck --error-exitcode 9 "$B/dsk" check \
         --device cuda:0 --quick --only sparse_mla
       run racecheck_sm120 env DSK_TEST_AS_SM120=1 compute-sanitizer --tool racecheck --error-exitcode 9 "$B/dsk" check \
-        --device cuda:0 --quick --only sparse_mla ;;&
+        --device cuda:0 --quick --only sparse_mla
+      # the skinny MoE GEMM's warp slices meet in shared memory
+      run racecheck_moe compute-sanitizer --tool racecheck --error-exitcode 9 "$B/dsk" check --device cuda:0 --quick \
+        --only moe ;;&
     demo|all)
       run demo "$B/dsk" demo --device cuda:0 ;;&
     bench|all)
       run ceilings "$B/dsk-ceilings"
+      run latency "$B/dsk-latency"
       run bench "$B/dsk" bench sparse-mla --device cuda:0
       run bench_fast_sm120 env DSK_TEST_AS_SM120=1 "$B/dsk" bench sparse-mla --device cuda:0 --fast --t 128
       run bench_mhc "$B/dsk" bench mhc --device cuda:0
       run bench_indexer "$B/dsk" bench indexer --device cuda:0
       run bench_moe "$B/dsk" bench moe --device cuda:0 ;;&
     ab-skinny)
-      # not part of `all`: the routed MoE GEMMs at BLOCK_M 64 on the tiled
-      # kernel (-DDSK_MOE_SKINNY=0) against the default build (the skinny one)
+      # not part of `all`: the MoE GEMMs the skinny kernel serves (grouped at
+      # BLOCK_M 64, dense of <= 8 rows) on the tiled kernel (-DDSK_MOE_SKINNY=0)
+      # against the default build
       run cmake_sk0 cmake -S . -B "$B-sk0" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES="$ARCHS" \
         -DCMAKE_CUDA_FLAGS=-DDSK_MOE_SKINNY=0 ${DSK_CMAKE_FLAGS:-} &&
         run build_sk0 cmake --build "$B-sk0" -j "$(nproc)" --target dsk_cli &&

@@ -121,6 +121,8 @@ static dsk_status init_common(dsk_ctx *ctx, int device, int sm120) {
   st->sm120_table = sm120;
   st->smem_optin = (int64_t)p.sharedMemPerBlockOptin;
   if (sm120 && st->smem_optin > DSK_SM120_SMEM_LIMIT) st->smem_optin = DSK_SM120_SMEM_LIMIT;
+  st->smem_per_sm = (int64_t)p.sharedMemPerMultiprocessor;
+  if (sm120 && st->smem_per_sm > DSK_SM120_SMEM_PER_SM) st->smem_per_sm = DSK_SM120_SMEM_PER_SM;
   dsk_status ds = dsk__cuda_sparse_mla_setup(st);
   if (ds != DSK_STATUS_OK) {
     free(st);

@@ -13,12 +13,15 @@ extern "C" {
 /* SM120's opt-in shared memory per block; every kernel configuration of the
  * shared (sm_90 + sm_120) kernels must fit it (tests/test_cuda_smem.c). */
 #define DSK_SM120_SMEM_LIMIT 101376
+/* SM120's shared memory per SM (compute capability 12.x: 100 KB) */
+#define DSK_SM120_SMEM_PER_SM 102400
 
 /* Per-context state of the CUDA backend. */
 typedef struct dsk_cuda_state {
   int device;
   int sm120_table;        /* 1 = running the cuda-sm120 table (native or DSK_TEST_AS_SM120) */
   int64_t smem_optin;     /* per-block opt-in limit after the SM120 cap */
+  int64_t smem_per_sm;    /* shared memory per SM (SM120 table: at most SM120's 100 KB) */
   int mla_ctas_per_sm[2][3]; /* decode kernel residency [16 / 32 heads per CTA][dsk_kv_format] */
   int mla_ready;          /* shared-memory attributes set for the decode kernels */
 } dsk_cuda_state;

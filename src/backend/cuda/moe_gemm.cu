@@ -92,7 +92,7 @@
 #endif
 /* DSK_MOE_SKINNY (compile-time; default 1): grouped calls at BLOCK_M 64 and
  * dense calls of at most 8 rows, with BLOCK_N 64 / 128, run the
- * decode-shaped kernel of moe_gemm_skinny.cuh (skinny_ring); 0 keeps them on
+ * decode-shaped kernel of moe_gemm_skinny.cuh (skinny_pick); 0 keeps them on
  * the tiled kernel (the A/B baseline). */
 #ifndef DSK_MOE_SKINNY
 #define DSK_MOE_SKINNY 1
@@ -636,50 +636,79 @@ dsk_status launch_tiled(const dsk_ctx *ctx, const GemmArgs &a, cudaStream_t s, c
 
 #include "moe_gemm_skinny.cuh"
 
-template <int NW, int ST, bool MX, int KS>
-dsk_status launch_skinny_ks(const dsk_ctx *ctx, const GemmArgs &a, cudaStream_t s, const char *what) {
-  (void)ctx;
-  using S = Sk<NW, ST, MX>;
+template <int NW, int ST, bool MX, int TPS, int KS>
+dsk_status launch_skinny_ks(const GemmArgs &a, cudaStream_t s, const char *what) {
+  using S = Sk<NW, ST, MX, TPS>;
   const int64_t smem = S::smem((int64_t)a.KT * 128);
-  DSK_CUDA_TRY(what, cudaFuncSetAttribute(moe_gemm_skinny_kernel<NW, ST, MX, KS>,
+  DSK_CUDA_TRY(what, cudaFuncSetAttribute(moe_gemm_skinny_kernel<NW, ST, MX, KS, TPS>,
                                           cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
   const int64_t gy = a.mblocks < 65535 ? a.mblocks : 65535, gz = (a.mblocks + 65534) / 65535;
   const dim3 grid(dsk__ceil_div_u(a.N, 16 * NW / KS), (unsigned)gy, (unsigned)gz);
-  moe_gemm_skinny_kernel<NW, ST, MX, KS><<<grid, S::THREADS, (size_t)smem, s>>>(a);
+  moe_gemm_skinny_kernel<NW, ST, MX, KS, TPS><<<grid, S::THREADS, (size_t)smem, s>>>(a);
   DSK_CUDA_LAUNCHED(what);
   return DSK_STATUS_OK;
 }
 
-template <int NW, int ST, bool MX>
-dsk_status launch_skinny_st(const dsk_ctx *ctx, const GemmArgs &a, cudaStream_t s, int ks, const char *what) {
-  if (ks == 4) return launch_skinny_ks<NW, ST, MX, 4>(ctx, a, s, what);
-  if (ks == 2) return launch_skinny_ks<NW, ST, MX, 2>(ctx, a, s, what);
-  return launch_skinny_ks<NW, ST, MX, 1>(ctx, a, s, what);
+template <int NW, int ST, bool MX, int TPS>
+dsk_status launch_skinny_st(const GemmArgs &a, cudaStream_t s, const char *what) {
+  if (a.ksplit == 4) return launch_skinny_ks<NW, ST, MX, TPS, 4>(a, s, what);
+  if (a.ksplit == 2) return launch_skinny_ks<NW, ST, MX, TPS, 2>(a, s, what);
+  return launch_skinny_ks<NW, ST, MX, TPS, 1>(a, s, what);
 }
+
+/* The skinny kernel's configuration for a call: ring depth (0: the call
+ * stays on the tiled kernel) and K tiles per stage. */
+struct SkPick {
+  int ring, tps;
+};
 
 /* The deepest ring whose shared memory fits both the device's opt-in limit
- * and SM120's (0: none, the call stays on the tiled kernel). */
+ * and SM120's (0: none), and the CTAs per SM that shared memory leaves. */
+template <int NW, bool MX, int TPS>
+SkPick skinny_fit(const dsk_ctx *ctx, int64_t K, int *ctas) {
+  const dsk_cuda_state *st = dsk__cuda_state(ctx);
+  const int64_t lim = st->smem_optin < kSmemBudget ? st->smem_optin : kSmemBudget;
+  int64_t b = 0;
+  int ring = 0;
+  if (Sk<NW, 4, MX, TPS>::smem(K) <= lim) ring = 4, b = Sk<NW, 4, MX, TPS>::smem(K);
+  else if (Sk<NW, 3, MX, TPS>::smem(K) <= lim) ring = 3, b = Sk<NW, 3, MX, TPS>::smem(K);
+  else if (Sk<NW, 2, MX, TPS>::smem(K) <= lim) ring = 2, b = Sk<NW, 2, MX, TPS>::smem(K);
+  *ctas = ring ? (int)(st->smem_per_sm / (b + 1024)) : 0; /* 1 KB reserved per CTA */
+  return SkPick{ring, TPS};
+}
+
+/* MXFP4 takes two K tiles per stage where that fits and keeps as many CTAs
+ * per SM as one tile per stage (measured on the H200: DSv4-Pro FC1, K 7168,
+ * 0.92x; DSv4-Flash FC2, K 2048, where it would halve the CTAs per SM,
+ * 1.15x slower; docs/benchmarks.md, MoE v5). */
 template <int NW, bool MX>
-int skinny_stages(const dsk_ctx *ctx, int64_t K) {
-  const int64_t lim = dsk__cuda_state(ctx)->smem_optin < kSmemBudget ? dsk__cuda_state(ctx)->smem_optin : kSmemBudget;
-  if (Sk<NW, 4, MX>::smem(K) <= lim) return 4;
-  if (Sk<NW, 3, MX>::smem(K) <= lim) return 3;
-  if (Sk<NW, 2, MX>::smem(K) <= lim) return 2;
-  return 0;
+SkPick skinny_pick_nw(const dsk_ctx *ctx, int64_t K) {
+  int c1 = 0, c2 = 0;
+  const SkPick one = skinny_fit<NW, MX, 1>(ctx, K, &c1);
+  if constexpr (MX) {
+    const SkPick two = skinny_fit<NW, MX, 2>(ctx, K, &c2);
+    if (two.ring && c2 >= c1) return two;
+  }
+  return one;
 }
 
 template <int NW, bool MX>
-dsk_status launch_skinny_nw(const dsk_ctx *ctx, const GemmArgs &a, cudaStream_t s, int st, const char *what) {
-  const int ks = a.ksplit;
-  if (st == 4) return launch_skinny_st<NW, 4, MX>(ctx, a, s, ks, what);
-  if (st == 3) return launch_skinny_st<NW, 3, MX>(ctx, a, s, ks, what);
-  return launch_skinny_st<NW, 2, MX>(ctx, a, s, ks, what);
+dsk_status launch_skinny_nw(const GemmArgs &a, cudaStream_t s, SkPick pk, const char *what) {
+  if constexpr (MX) {
+    if (pk.tps == 2) {
+      if (pk.ring == 4) return launch_skinny_st<NW, 4, MX, 2>(a, s, what);
+      if (pk.ring == 3) return launch_skinny_st<NW, 3, MX, 2>(a, s, what);
+      return launch_skinny_st<NW, 2, MX, 2>(a, s, what);
+    }
+  }
+  if (pk.ring == 4) return launch_skinny_st<NW, 4, MX, 1>(a, s, what);
+  if (pk.ring == 3) return launch_skinny_st<NW, 3, MX, 1>(a, s, what);
+  return launch_skinny_st<NW, 2, MX, 1>(a, s, what);
 }
 
-dsk_status launch_skinny(const dsk_ctx *ctx, const GemmArgs &a, cudaStream_t s, bool mx, int bn, int st,
-                         const char *what) {
-  if (mx) return bn == 64 ? launch_skinny_nw<4, true>(ctx, a, s, st, what) : launch_skinny_nw<8, true>(ctx, a, s, st, what);
-  return bn == 64 ? launch_skinny_nw<4, false>(ctx, a, s, st, what) : launch_skinny_nw<8, false>(ctx, a, s, st, what);
+dsk_status launch_skinny(const GemmArgs &a, cudaStream_t s, bool mx, int bn, SkPick pk, const char *what) {
+  if (mx) return bn == 64 ? launch_skinny_nw<4, true>(a, s, pk, what) : launch_skinny_nw<8, true>(a, s, pk, what);
+  return bn == 64 ? launch_skinny_nw<4, false>(a, s, pk, what) : launch_skinny_nw<8, false>(a, s, pk, what);
 }
 
 /* Dense calls run the skinny kernel up to this many rows, one group of 8:
@@ -690,19 +719,20 @@ constexpr int64_t kSkDenseMaxRows = 8;
 /* The skinny kernel serves the call when it can: grouped calls at BLOCK_M
  * 64 or dense calls of at most kSkDenseMaxRows rows (any BLOCK_M), MXFP4
  * or FP8 weights, BLOCK_N 64 or 128 (4 or 8 warps), split-K 1, 2 or 4
- * (warp slices: no partials in the workspace), and a ring of at least two K
- * tiles next to the A rows (which grow with K) within the device's and
- * SM120's shared memory. Returns that ring depth, or 0 to leave the call to
- * the tiled kernel. */
-int skinny_ring_shape(const dsk_ctx *ctx, bool grouped, bool mx, int bm, int bn, int split, int64_t rows, int64_t K) {
-  if (!DSK_MOE_SKINNY || (bn != 64 && bn != 128)) return 0;
-  if (grouped ? bm != 64 : rows > kSkDenseMaxRows) return 0;
-  if (split != 1 && split != 2 && split != 4) return 0;
-  if (mx) return bn == 64 ? skinny_stages<4, true>(ctx, K) : skinny_stages<8, true>(ctx, K);
-  return bn == 64 ? skinny_stages<4, false>(ctx, K) : skinny_stages<8, false>(ctx, K);
+ * (warp slices: no partials in the workspace), and a ring of at least two
+ * stages next to the A rows (which grow with K) within the device's and
+ * SM120's shared memory. Returns its configuration, ring 0 to leave the
+ * call to the tiled kernel. */
+SkPick skinny_pick(const dsk_ctx *ctx, bool grouped, bool mx, int bm, int bn, int split, int64_t rows, int64_t K) {
+  const SkPick none{0, 1};
+  if (!DSK_MOE_SKINNY || (bn != 64 && bn != 128)) return none;
+  if (grouped ? bm != 64 : rows > kSkDenseMaxRows) return none;
+  if (split != 1 && split != 2 && split != 4) return none;
+  if (mx) return bn == 64 ? skinny_pick_nw<4, true>(ctx, K) : skinny_pick_nw<8, true>(ctx, K);
+  return bn == 64 ? skinny_pick_nw<4, false>(ctx, K) : skinny_pick_nw<8, false>(ctx, K);
 }
-int skinny_ring(const dsk_ctx *ctx, const GemmArgs &a, bool mx, int bm, int bn) {
-  return skinny_ring_shape(ctx, a.m_indices != nullptr, mx, bm, bn, a.ksplit, a.M, (int64_t)a.KT * 128);
+SkPick skinny_pick(const dsk_ctx *ctx, const GemmArgs &a, bool mx, int bm, int bn) {
+  return skinny_pick(ctx, a.m_indices != nullptr, mx, bm, bn, a.ksplit, a.M, (int64_t)a.KT * 128);
 }
 
 template <bool MX, bool F16>
@@ -780,8 +810,8 @@ extern "C" dsk_status dsk__cuda_moe_gemm(dsk_ctx *ctx, const dsk_moe_gemm_desc *
   GemmArgs a = grouped_args(d, bm);
   split_setup(&a, t, d->workspace);
   if (!aligned16(d->A) || (d->A_stride & 15) != 0 || !aligned16(d->B)) return launch_simple(a, s, mx, what);
-  const int ring = skinny_ring(ctx, a, mx, bm, bn);
-  if (ring) return launch_skinny(ctx, a, s, mx, bn, ring, what);
+  const SkPick pk = skinny_pick(ctx, a, mx, bm, bn);
+  if (pk.ring) return launch_skinny(a, s, mx, bn, pk, what);
   return mx ? launch_path<true>(ctx, a, s, bm, bn, what) : launch_path<false>(ctx, a, s, bm, bn, what);
 }
 
@@ -790,7 +820,7 @@ extern "C" int64_t dsk__cuda_moe_gemm_workspace(const dsk_ctx *ctx, int grouped,
   const int split = t->v[2];
   if (split <= 1) return 0;
   /* the skinny kernel splits K over warps of one CTA: no partials */
-  if (skinny_ring_shape(ctx, grouped != 0, fmt == DSK_MOE_W_MXFP4, t->v[0], t->v[1], split, rows, K)) return 0;
+  if (skinny_pick(ctx, grouped != 0, fmt == DSK_MOE_W_MXFP4, t->v[0], t->v[1], split, rows, K).ring) return 0;
   return (int64_t)split * rows * N * 4;
 }
 
@@ -826,7 +856,7 @@ extern "C" dsk_status dsk__cuda_dense_fp8_gemm(dsk_ctx *ctx, const dsk_dense_gem
   a.counters = nullptr;
   split_setup(&a, t, d->workspace);
   if (!aligned16(d->A) || (d->A_stride & 15) != 0 || !aligned16(d->B)) return launch_simple(a, s, 0, what);
-  const int ring = skinny_ring(ctx, a, false, bm, bn);
-  if (ring) return launch_skinny(ctx, a, s, false, bn, ring, what);
+  const SkPick pk = skinny_pick(ctx, a, false, bm, bn);
+  if (pk.ring) return launch_skinny(a, s, false, bn, pk, what);
   return launch_path<false>(ctx, a, s, bm, bn, what);
 }

@@ -41,15 +41,22 @@
 
 constexpr int kSkPadB = 16; /* bytes after each staged weight row: keeps the fragment reads conflict-free */
 
-/* NW warps, ST = weight ring depth (K tiles of 128): 4, or 3 / 2 when the
- * A rows of a large K leave no room for 4 (DSv4-Pro's K 7168 at 8 warps) */
-template <int NW, int ST, bool MX>
+/* NW warps, ST = weight ring depth in stages of TPS K tiles of 128: 4, or
+ * 3 / 2 when the A rows of a large K leave no room for 4 (DSv4-Pro's K 7168
+ * at 8 warps). TPS 2 (MXFP4 only) makes a stage 128 bytes per weight row,
+ * as an FP8 tile: the H200 streams 128-byte row pieces at 3.8 TB/s and
+ * 64-byte ones at 2.5 (dsk-latency), but the stage doubles the ring's
+ * shared memory, so the host takes it only where it costs no CTAs per SM. */
+template <int NW, int ST, bool MX, int TPS_ = 1>
 struct Sk {
   static constexpr int THREADS = 32 * NW;
-  static constexpr int ROWB = MX ? 64 : 128;   /* weight bytes per row per K tile */
-  static constexpr int PITCH = ROWB + kSkPadB; /* 80 / 144 */
-  static constexpr int RING = ST * NW * 16 * PITCH; /* weight rows */
-  static constexpr int RING_S = ST * NW * 16 * 4;   /* their scale words */
+  static constexpr int TPS = TPS_;             /* K tiles per ring stage: 1, or 2 for MXFP4 */
+  static constexpr int TILEB = MX ? 64 : 128;  /* weight bytes per row per K tile */
+  static constexpr int ROWB = TILEB * TPS;     /* ... per ring stage: 64 (MXFP4, 1 tile) or 128 */
+  static constexpr int PITCH = ROWB + kSkPadB; /* 80 or 144 */
+  static_assert(TPS == 1 || (MX && TPS == 2), "two K tiles per stage exist for MXFP4 only");
+  static constexpr int RING = ST * NW * 16 * PITCH;   /* weight rows */
+  static constexpr int RING_S = ST * NW * 16 * 4 * TPS; /* their scale words */
   /* A in fragment order (8 K bytes per group row), its scales, the live rows */
   static __host__ __device__ constexpr int64_t smem(int64_t K) {
     return RING + RING_S + 8 * K + 8 * (K / 128) * 4 + 64 * 4 + 16;
@@ -57,12 +64,15 @@ struct Sk {
   static_assert(ST * 16 * PITCH >= 32 * 16, "a warp's ring holds its slice partials (32 lanes x 4 floats)");
 };
 
-/* min blocks 1: without it ptxas kept some instantiations at 64 registers
- * with a few bytes of spills on sm_90; with it they take 66-80, no spills,
- * and ran 1-5 % faster on the H200 (docs/benchmarks.md, MoE v5) */
-template <int NW, int ST, bool MX, int KS>
-__global__ void __launch_bounds__(32 * NW, 1) moe_gemm_skinny_kernel(const GemmArgs p) {
-  using S = Sk<NW, ST, MX>;
+/* Register budget (docs/benchmarks.md, MoE v5): one K tile per stage keeps
+ * 24 warps per SM (3 CTAs of 8 warps, 6 of 4; <= 80 registers), which its
+ * shared memory allows up to K 4096, and an unbounded register choice (96 at
+ * 8 warps, split 2) cost DSv4-Flash FC2 at T 1 15 %; two tiles per stage run
+ * where shared memory leaves 2 CTAs of 8 warps per SM, so they get 16 warps'
+ * worth (<= 128 registers). No instantiation spills (sm_90, sm_120a). */
+template <int NW, int ST, bool MX, int KS, int TPS_>
+__global__ void __launch_bounds__(32 * NW, (TPS_ == 1 ? 24 : 16) / NW) moe_gemm_skinny_kernel(const GemmArgs p) {
+  using S = Sk<NW, ST, MX, TPS_>;
   constexpr int RG = NW / KS; /* row groups of 16 columns */
   constexpr int PITCH = S::PITCH;
   static_assert(KS >= 1 && NW % KS == 0, "split-K slices must divide the warps");
@@ -117,24 +127,32 @@ __global__ void __launch_bounds__(32 * NW, 1) moe_gemm_skinny_kernel(const GemmA
   const uint8_t *wsrc = p.B + e * p.B_group + (wact ? nw0 : 0) * p.B_row;
   const int32_t *ssrc = p.sfb + e * p.sfb_group + (wact ? nw0 : 0);
   uint8_t *ring = s_ring + warp * ST * 16 * PITCH; /* the warp's ST slots of 16 rows */
-  uint32_t *rs = s_rs + warp * ST * 16;
-  const int nkt = (KT - ks + KS - 1) / KS; /* this slice's K tiles: ks, ks + KS, ... */
+  uint32_t *rs = s_rs + warp * ST * 16 * S::TPS;
+  constexpr int TPS = S::TPS;
+  const int NSTG = (KT + TPS - 1) / TPS;     /* ring stages of the whole K */
+  const int nkt = (NSTG - ks + KS - 1) / KS; /* this slice's stages: ks, ks + KS, ... */
   /* the warp's copies of its i-th K tile (kt = ks + KS i) into slot i % ST:
    * the 16 rows' ROWB bytes as 16-byte chunks spread over the lanes, and
    * lanes 0..15 the rows' scale words (MX: word kt, the tile's 4 blocks;
    * FP8: word kt / 4, whose byte kt % 4 is the tile's 128-block) */
-  constexpr int CPL = S::ROWB / 32; /* 16-byte chunks per lane: 2 (MX) / 4; lane l copies row l >> 1 */
+  /* lane l copies half of row l >> 1 of a stage: with two MX tiles per
+   * stage, half l & 1 is tile 2 j + (l & 1), skipped (zero-filled, never
+   * read) past the last tile; the scale words: lane l the word of row
+   * l & 15 and the stage's tile l >> 4 (MX), or of its 128-block (FP8) */
+  constexpr int CPL = S::ROWB / 32; /* 16-byte chunks per lane */
   uint8_t *const ldst = ring + (lane >> 1) * PITCH + 16 * CPL * (lane & 1);
   const uint8_t *const lsrc = wsrc + (lane >> 1) * p.B_row + 16 * CPL * (lane & 1);
   auto issue = [&](int i) {
     if (!wact) return;
-    const int kt = ks + KS * i, slot = i % ST;
+    const int j = ks + KS * i, slot = i % ST;
     uint8_t *dst = ldst + slot * 16 * PITCH;
-    const uint8_t *src = lsrc + (int64_t)kt * S::ROWB;
+    const uint8_t *src = lsrc + (int64_t)j * S::ROWB;
+    const bool hv = TPS == 1 || TPS * j + (lane & 1) < KT;
 #pragma unroll
-    for (int c = 0; c < CPL; c++) dsk_ptx::cp_async16(dst + 16 * c, src + 16 * c, true);
+    for (int c = 0; c < CPL; c++) dsk_ptx::cp_async16(dst + 16 * c, hv ? src + 16 * c : wsrc, hv);
+    const int tt = lane >> 4, kt = TPS * j + tt;
     const int64_t wi = MX ? kt : kt >> 2;
-    if (lane < 16) dsk_ptx::cp_async4(rs + slot * 16 + lane, ssrc + wi * p.sfb_T4 + lane, true);
+    if (tt < TPS) dsk_ptx::cp_async4(rs + (slot * TPS + tt) * 16 + (lane & 15), ssrc + wi * p.sfb_T4 + (lane & 15), kt < KT);
   };
 
   for (int gb = 0; gb < nlive; gb += 8) {
@@ -175,9 +193,13 @@ __global__ void __launch_bounds__(32 * NW, 1) moe_gemm_skinny_kernel(const GemmA
       dsk_ptx::cp_async_wait<ST - 1>(); /* this lane's copies of tile i landed */
       __syncwarp();                     /* ... and every lane's */
       if (!wact) continue;
-      const int kt = ks + KS * i, slot = i % ST;
-      const uint8_t *wr = ring + slot * 16 * PITCH;
-      const uint32_t sw0 = rs[slot * 16 + g], sw1 = rs[slot * 16 + g + 8];
+      const int j = ks + KS * i, slot = i % ST;
+#pragma unroll
+      for (int tt = 0; tt < TPS; tt++) {
+      const int kt = TPS * j + tt;
+      if (TPS > 1 && kt >= KT) break;
+      const uint8_t *wr = ring + slot * 16 * PITCH + tt * S::TILEB;
+      const uint32_t sw0 = rs[(slot * TPS + tt) * 16 + g], sw1 = rs[(slot * TPS + tt) * 16 + g + 8];
       const float2 sa = *reinterpret_cast<const float2 *>(s_sa + kt * 8 + 2 * q); /* group rows 2q, 2q + 1 */
       float dt[4] = {0.f, 0.f, 0.f, 0.f}; /* FP8: the tile's products */
 #pragma unroll
@@ -219,6 +241,7 @@ __global__ void __launch_bounds__(32 * NW, 1) moe_gemm_skinny_kernel(const GemmA
         acc[1] = fmaf(dt[1], sb0 * sa.y, acc[1]);
         acc[2] = fmaf(dt[2], sb1 * sa.x, acc[2]);
         acc[3] = fmaf(dt[3], sb1 * sa.y, acc[3]);
+      }
       }
     }
     dsk_ptx::cp_async_wait<0>(); /* only empty groups remain */
