@@ -12,7 +12,9 @@
  *    PDL boundary, one kernel whose last CTA (a zeroed counter, reset by
  *    that CTA) sums them, and one cooperative kernel with a grid-wide
  *    barrier (cooperative_groups) after which CTA 0 sums them.
- * Every variant checks its sum against the host's (exit status 2 if any
+ * After its timed samples every variant runs three more times, outside the
+ * timing, with NaN-poisoned partials and result and seeds the timed runs did
+ * not use, and checks each sum against the host's (exit status 2 if any
  * differs), so a row that measures a broken pattern cannot pass silently.
  *
  * A second table streams a 512 MiB weight matrix (rows of 2048 bytes, the
@@ -69,11 +71,13 @@ __global__ void empty_pdl_kernel(int *sink) {
   if (sink && threadIdx.x == 1024) *sink = 1;
 }
 
-/* partial of CTA b, thread i: a value the host can recompute */
-__device__ __host__ inline float part_value(int b, int i) { return (float)((b * 131 + i * 7) % 97) * 0.25f; }
+/* partial of CTA b, thread i under seed s: a value the host can recompute */
+__device__ __host__ inline float part_value(int b, int i, int s) {
+  return (float)((b * 131 + i * 7 + s * 29) % 97) * 0.25f;
+}
 
-__device__ void write_partials(float *part) {
-  part[blockIdx.x * kRedThreads + threadIdx.x] = part_value(blockIdx.x, threadIdx.x);
+__device__ void write_partials(float *part, int seed) {
+  part[blockIdx.x * kRedThreads + threadIdx.x] = part_value(blockIdx.x, threadIdx.x, seed);
 }
 
 /* one 128-thread CTA sums n * 128 partials; thread 0 stores the total */
@@ -92,10 +96,10 @@ __device__ void sum_partials(const float *part, int n, float *out) {
   }
 }
 
-__global__ void __launch_bounds__(kRedThreads) red_split_kernel(float *part) {
+__global__ void __launch_bounds__(kRedThreads) red_split_kernel(float *part, int seed) {
   pdl_wait();
   pdl_trigger();
-  write_partials(part);
+  write_partials(part, seed);
 }
 __global__ void __launch_bounds__(kRedThreads) red_finish_kernel(const float *part, int n, float *out) {
   pdl_wait();
@@ -105,11 +109,11 @@ __global__ void __launch_bounds__(kRedThreads) red_finish_kernel(const float *pa
 
 /* last-CTA-done: every CTA publishes its partials, fences, and counts in;
  * the CTA that counts last sums them and resets the counter to 0 */
-__global__ void __launch_bounds__(kRedThreads) red_counter_kernel(float *part, unsigned *ctr, float *out) {
+__global__ void __launch_bounds__(kRedThreads) red_counter_kernel(float *part, unsigned *ctr, float *out, int seed) {
   __shared__ bool last;
   pdl_wait();
   pdl_trigger();
-  write_partials(part);
+  write_partials(part, seed);
   __threadfence();
   __syncthreads();
   if (threadIdx.x == 0) {
@@ -123,8 +127,8 @@ __global__ void __launch_bounds__(kRedThreads) red_counter_kernel(float *part, u
   sum_partials(part, gridDim.x, out);
 }
 
-__global__ void __launch_bounds__(kRedThreads) red_coop_kernel(float *part, float *out) {
-  write_partials(part);
+__global__ void __launch_bounds__(kRedThreads) red_coop_kernel(float *part, float *out, int seed) {
+  write_partials(part, seed);
   cg::this_grid().sync();
   if (blockIdx.x == 0) sum_partials(part, gridDim.x, out);
 }
@@ -257,27 +261,37 @@ int main(int argc, char **argv) {
   coop_max *= prop.multiProcessorCount;
   const int ns[] = {64, 132, 256, 512};
   for (int n : ns) {
-    double ref = 0.0;
-    for (int bl = 0; bl < n; bl++)
-      for (int i = 0; i < kRedThreads; i++) ref += part_value(bl, i);
     for (int mode = 0; mode < 3; mode++) {
       if (mode == 2 && n > coop_max) continue;
-      CK(cudaMemsetAsync(out, 0xFF, sizeof(float), b.s));
-      const double us = median_us(b, [&] {
+      auto once = [&](int seed) {
         if (mode == 0) {
-          launch(true, false, red_split_kernel, n, kRedThreads, b.s, part);
+          launch(true, false, red_split_kernel, n, kRedThreads, b.s, part, seed);
           launch(true, false, red_finish_kernel, 1, kRedThreads, b.s, (const float *)part, n, out);
         } else if (mode == 1) {
-          launch(true, false, red_counter_kernel, n, kRedThreads, b.s, part, ctr, out);
+          launch(true, false, red_counter_kernel, n, kRedThreads, b.s, part, ctr, out, seed);
         } else {
-          launch(false, true, red_coop_kernel, n, kRedThreads, b.s, part, out);
+          launch(false, true, red_coop_kernel, n, kRedThreads, b.s, part, out, seed);
         }
-      });
-      float got = 0.f;
-      unsigned c = 1;
-      CK(cudaMemcpy(&got, out, sizeof got, cudaMemcpyDeviceToHost));
-      CK(cudaMemcpy(&c, ctr, sizeof c, cudaMemcpyDeviceToHost));
-      const bool ok = (double)got == ref && c == 0;
+      };
+      const double us = median_us(b, [&] { once(0); });
+      /* the check, outside the timing: partials and result poisoned with
+       * NaN, a seed the timed runs did not use, so a pattern that read
+       * partials before they were written (or a stale result) shows */
+      bool ok = true;
+      for (int seed = 1; seed <= 3; seed++) {
+        double ref = 0.0;
+        for (int bl = 0; bl < n; bl++)
+          for (int i = 0; i < kRedThreads; i++) ref += part_value(bl, i, seed);
+        CK(cudaMemsetAsync(part, 0xFF, (size_t)n * kRedThreads * sizeof(float), b.s));
+        CK(cudaMemsetAsync(out, 0xFF, sizeof(float), b.s));
+        once(seed);
+        float got = 0.f;
+        unsigned c = 1;
+        CK(cudaMemcpyAsync(&got, out, sizeof got, cudaMemcpyDeviceToHost, b.s));
+        CK(cudaMemcpyAsync(&c, ctr, sizeof c, cudaMemcpyDeviceToHost, b.s));
+        CK(cudaStreamSynchronize(b.s));
+        ok = ok && (double)got == ref && c == 0;
+      }
       bad += !ok;
       static const char *mname[3] = {"two kernels, PDL", "one kernel, last-CTA counter", "one cooperative kernel, grid sync"};
       char name[96];

@@ -17,10 +17,12 @@ dsk_status dsk__moe_validate(const dsk_ctx *ctx, int op, const void *desc);
  * only with a desc that dsk__moe_validate accepted. */
 int dsk__moe_served(const dsk_backend *b, int op, const void *desc);
 
-/* The moe.gemm tactic for a validated shape: desc->tactic checked (forced)
- * or the heuristic of autotune.md §1; *source gets a dsk_tactic_source. */
-dsk_status dsk__moe_gemm_resolve_tactic(const dsk_ctx *ctx, const dsk_tactic *given, int64_t A_used, int64_t N,
-                                        int64_t K, int64_t E_local, int64_t expected_m, const char *op,
+/* The moe.gemm tactic for a validated shape (wfmt: dsk_moe_wfmt of the
+ * weights): desc->tactic checked (forced) or the heuristic of autotune.md
+ * §1 (with the workspace-free split rule of docs/moe.md, decision 6);
+ * *source gets a dsk_tactic_source. */
+dsk_status dsk__moe_gemm_resolve_tactic(const dsk_ctx *ctx, const dsk_tactic *given, int wfmt, int64_t A_used,
+                                        int64_t N, int64_t K, int64_t E_local, int64_t expected_m, const char *op,
                                         const char *field, dsk_tactic *out, int *source);
 
 /* Byte layout of the dsk_moe_run workspace for T tokens. */

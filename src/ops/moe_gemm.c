@@ -110,25 +110,32 @@ int dsk__moe_tune_tactic_fix(const dsk__tune_shape *s, dsk_tactic *t) {
 /* The heuristics of autotune.md §1. moe.gemm: a = min(rows, E_local), rows
  * = expected_m (0: A_used). dense_fp8.gemm: BLOCK_M = the smallest of the
  * set >= min(M, 128), a = ceil(M / BLOCK_M). */
-static void moe_heuristic(const dsk_ctx *ctx, int64_t A_used, int64_t N, int64_t K, int64_t E_local, int64_t rows,
-                          dsk_tactic *out) {
+static void moe_heuristic(const dsk_ctx *ctx, int wfmt, int64_t A_used, int64_t N, int64_t K, int64_t E_local,
+                          int64_t rows, dsk_tactic *out) {
   const int64_t em = rows > 0 ? rows : A_used;
   const int64_t a = em < E_local ? em : E_local;
   const int32_t bm = A_used % 128 == 0 ? 128 : 64;
   int32_t bn, sp;
   heuristic_n_split(a, N, K, ctx->info.sm_count, &bn, &sp);
-#if DSK_MOE_SKINNY_KSPLIT
-  /* [dsk] BLOCK_M 64 runs the CUDA skinny kernel (docs/moe.md), whose
-   * split-K slices are warps of one CTA: one CTA per SM leaves an SM with 4
-   * or 8 warps, so there the split grows until the CTAs cover every SM
-   * twice (a * (N / BLOCK_N) * split >= 2 * num_SMs), K / split staying a
-   * multiple of 128 */
-  if (bm == 64 && bn <= 128) {
-    const int sms = ctx->info.sm_count > 0 ? ctx->info.sm_count : 1;
-    while (sp < 4 && a * (N / bn) * sp < 2 * (int64_t)sms && (K / (2 * sp)) % 128 == 0 && K % (2 * sp) == 0) sp *= 2;
-  }
-#endif
   tactic_set(out, DSK_OP_MOE_GEMM, DSK_MOE_GEMM_TACTIC_VERSION, bm, bn, sp);
+#if DSK_MOE_SKINNY_KSPLIT
+  /* [dsk] where the backend splits K without a workspace (the CUDA skinny
+   * kernel at BLOCK_M 64, docs/moe.md: its split-K slices are warps of one
+   * CTA, so one CTA per SM leaves an SM with 4 or 8 warps), the split grows
+   * until the CTAs cover every SM twice (a * (N / BLOCK_N) * split >= 2 *
+   * num_SMs), K / split staying a multiple of 128; elsewhere autotune.md
+   * §1's rule stands */
+  const int sms = ctx->info.sm_count > 0 ? ctx->info.sm_count : 1;
+  while (sp < 4 && a * (N / bn) * sp < 2 * (int64_t)sms && K % (2 * sp) == 0 && (K / (2 * sp)) % 128 == 0) {
+    dsk_tactic t = *out;
+    t.v[2] = 2 * sp;
+    if (dsk__moe_gemm_ws_bytes(ctx, 1, wfmt, A_used, N, K, &t) != 0) break;
+    sp *= 2;
+    *out = t;
+  }
+#else
+  (void)wfmt;
+#endif
 }
 
 static void dense_heuristic(const dsk_ctx *ctx, int64_t M, int64_t N, int64_t K, dsk_tactic *out) {
@@ -145,7 +152,7 @@ static void dense_heuristic(const dsk_ctx *ctx, int64_t M, int64_t N, int64_t K,
 
 void dsk__moe_tune_heuristic(const dsk_ctx *ctx, const dsk__tune_shape *s, dsk_tactic *out) {
   if (s->op == DSK_OP_MOE_GEMM)
-    moe_heuristic(ctx, s->A, s->N, s->K, s->E, dsk__tune_rows(s), out);
+    moe_heuristic(ctx, s->wfmt, s->A, s->N, s->K, s->E, dsk__tune_rows(s), out);
   else if (s->op == DSK_OP_MOE_DENSE_GEMM)
     dense_heuristic(ctx, s->T, s->N, s->K, out);
   else
@@ -166,9 +173,9 @@ static dsk_status check_bn_split(const char *op, const char *field, const dsk_ta
   return DSK_STATUS_OK;
 }
 
-dsk_status dsk__moe_gemm_resolve_tactic(const dsk_ctx *ctx, const dsk_tactic *g, int64_t A_used, int64_t N, int64_t K,
-                                        int64_t E_local, int64_t expected_m, const char *op, const char *field,
-                                        dsk_tactic *out, int *source) {
+dsk_status dsk__moe_gemm_resolve_tactic(const dsk_ctx *ctx, const dsk_tactic *g, int wfmt, int64_t A_used, int64_t N,
+                                        int64_t K, int64_t E_local, int64_t expected_m, const char *op,
+                                        const char *field, dsk_tactic *out, int *source) {
   if (!tactic_is_zero(g)) {
     if (g->op != DSK_OP_MOE_GEMM || g->version != DSK_MOE_GEMM_TACTIC_VERSION)
       return dsk__fail(DSK_STATUS_INVALID_ARG, "%s: %s is for op %d version %d, not moe_gemm (%d) version %d", op,
@@ -187,7 +194,7 @@ dsk_status dsk__moe_gemm_resolve_tactic(const dsk_ctx *ctx, const dsk_tactic *g,
     return DSK_STATUS_OK;
   }
   /* All zero: the heuristic (dsk__moe_gemm_tactic asks the tuner). */
-  moe_heuristic(ctx, A_used, N, K, E_local, expected_m, out);
+  moe_heuristic(ctx, wfmt, A_used, N, K, E_local, expected_m, out);
   if (source) *source = DSK_TACTIC_HEURISTIC;
   return DSK_STATUS_OK;
 }
@@ -204,7 +211,7 @@ dsk_status dsk__moe_gemm_tactic(const dsk_ctx *ctx, const dsk_tactic *g, int wfm
                                 const char *field, dsk_tactic *out, int *source) {
   dsk_tactic h;
   int src = DSK_TACTIC_HEURISTIC;
-  TRY(dsk__moe_gemm_resolve_tactic(ctx, g, A_used, N, K, E_local, expected_m, op, field, &h, &src));
+  TRY(dsk__moe_gemm_resolve_tactic(ctx, g, wfmt, A_used, N, K, E_local, expected_m, op, field, &h, &src));
   if (src == DSK_TACTIC_FORCED) {
     *out = h;
     if (source) *source = src;

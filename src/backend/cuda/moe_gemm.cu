@@ -65,6 +65,9 @@
  * splitk_reduce_kernel (PDL) adds the s partials in ascending order and
  * rounds once to bf16. Only the rows the tiled kernel would write are
  * stored and reduced. Results differ from split 1 by fp32 reordering only.
+ * Where the skinny kernel serves the call (skinny_pick), its split is warp
+ * slices of one CTA that meet in shared memory: no workspace
+ * (dsk__cuda_moe_gemm_workspace reports 0), and it takes the full K / 128.
  *
  * A pointer or row stride that is not 16-byte aligned (B too) cannot feed
  * cp.async 16: such calls run a simple one-thread-per-output kernel with
@@ -726,6 +729,7 @@ constexpr int64_t kSkDenseMaxRows = 8;
 SkPick skinny_pick(const dsk_ctx *ctx, bool grouped, bool mx, int bm, int bn, int split, int64_t rows, int64_t K) {
   const SkPick none{0, 1};
   if (!DSK_MOE_SKINNY || (bn != 64 && bn != 128)) return none;
+  static_assert(kSkDenseMaxRows <= 64, "the kernel lists at most 64 live rows per block");
   if (grouped ? bm != 64 : rows > kSkDenseMaxRows) return none;
   if (split != 1 && split != 2 && split != 4) return none;
   if (mx) return bn == 64 ? skinny_pick_nw<4, true>(ctx, K) : skinny_pick_nw<8, true>(ctx, K);

@@ -78,7 +78,7 @@ struct GemmArgs {
   int64_t sfb_group;         /* words per group (Kp * T4) */
   int64_t M;                 /* rows: M_sum (grouped) or M (dense) */
   int64_t N;
-  int KT;                    /* K tiles of 128 per CTA: K / 128 / ksplit */
+  int KT;                    /* K tiles of 128 per CTA: K / 128 / ksplit (the skinny kernel: K / 128) */
   int ksplit;                /* split-K: CTAs per output tile, 1, 2 or 4 (grid z = m-block high part * ksplit + slice) */
   float *part;               /* ksplit > 1: fp32 partials [ksplit, M, N] (workspace), else NULL */
   int bm;                    /* BLOCK_M (simple kernel) */

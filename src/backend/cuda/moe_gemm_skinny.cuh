@@ -4,7 +4,7 @@
  * with the tiled kernel.
  *
  * It serves the few-row tactics: grouped calls at BLOCK_M 64 and dense calls
- * at BLOCK_M <= 64, with BLOCK_N 64 or 128 and split-K 1, 2 or 4, for MXFP4
+ * of at most 8 rows, with BLOCK_N 64 or 128 and split-K 1, 2 or 4, for MXFP4
  * (MX) and FP8 128x128-block-scaled weights. There an m-block holds a few
  * live rows (one token, or a few, routed to the block's expert), so the tiled
  * kernel spends its time converting weights for a tile that is mostly
@@ -25,10 +25,10 @@
  *    (kt, s, g, q) = K values 128 kt + 32 s + 8 q .. + 7 of group row g, and
  *    the rows' activation scales per K tile ([kt][8]; x 2^7 for MX, as the
  *    tiled f16 path);
- *  - each warp streams its 16 weight rows through its own ring of ST K tiles
- *    (cp.async: 64 (MX) or 128 (FP8) bytes per row per tile in a row of
- *    PITCH bytes, lane l copying half of row l / 2, and the rows' scale
- *    words), with no block barrier;
+ *  - each warp streams its 16 weight rows through its own ring of ST stages
+ *    of TPS K tiles (cp.async: 64 (MX, one tile) or 128 bytes per row per
+ *    stage in a row of PITCH bytes, lane l copying half of row l / 2, and
+ *    the rows' scale words), with no block barrier;
  *  - per K tile and 32-wide step s: lane (g, q) reads K values 32 s + 8 q ..
  *    + 7 of weight rows g and g + 8 (MX: word q of block s, b_frag_mx_f16,
  *    e2m1 * 2^-14; FP8: 8 bytes, a_frag_f16) as the A operand and 8 bytes of
@@ -64,12 +64,14 @@ struct Sk {
   static_assert(ST * 16 * PITCH >= 32 * 16, "a warp's ring holds its slice partials (32 lanes x 4 floats)");
 };
 
-/* Register budget (docs/benchmarks.md, MoE v5): one K tile per stage keeps
- * 24 warps per SM (3 CTAs of 8 warps, 6 of 4; <= 80 registers), which its
- * shared memory allows up to K 4096, and an unbounded register choice (96 at
- * 8 warps, split 2) cost DSv4-Flash FC2 at T 1 15 %; two tiles per stage run
- * where shared memory leaves 2 CTAs of 8 warps per SM, so they get 16 warps'
- * worth (<= 128 registers). No instantiation spills (sm_90, sm_120a). */
+/* Register budget (docs/benchmarks.md, MoE v5): one K tile per stage may
+ * hold 24 warps per SM (3 CTAs of 8 warps, 6 of 4; <= 80 registers) where
+ * its shared memory allows it (on the H200 8 warps with a 4-deep ring do up
+ * to K 3968, 4 warps up to K 1920), and an unbounded register choice (96 at
+ * 8 warps, split 2) cost DSv4-Flash FC2 (K 2048) at T 1 15 %; two tiles per
+ * stage run where shared memory leaves at most 2 CTAs of 8 warps per SM, so
+ * they get 16 warps' worth (<= 128 registers). No instantiation spills
+ * (sm_90, sm_120a). */
 template <int NW, int ST, bool MX, int KS, int TPS_>
 __global__ void __launch_bounds__(32 * NW, (TPS_ == 1 ? 24 : 16) / NW) moe_gemm_skinny_kernel(const GemmArgs p) {
   using S = Sk<NW, ST, MX, TPS_>;
@@ -111,7 +113,7 @@ __global__ void __launch_bounds__(32 * NW, (TPS_ == 1 ? 24 : 16) / NW) moe_gemm_
       if (l0) s_rows[__popc(b0 & below)] = lane;
       if (l1) s_rows[__popc(b0) + __popc(b1 & below)] = 32 + lane;
       if (lane == 0) *s_cnt = __popc(b0) + __popc(b1);
-    } else { /* dense: rows m0 .. min(m0 + bm, M) - 1 (bm <= 64) */
+    } else { /* dense: rows m0 .. min(m0 + bm, M) - 1 (at most 8: kSkDenseMaxRows, so within s_rows[64]) */
       const int64_t left = p.M - m0;
       const int n = (int)(left < p.bm ? left : p.bm);
       s_rows[lane] = lane;
@@ -131,14 +133,14 @@ __global__ void __launch_bounds__(32 * NW, (TPS_ == 1 ? 24 : 16) / NW) moe_gemm_
   constexpr int TPS = S::TPS;
   const int NSTG = (KT + TPS - 1) / TPS;     /* ring stages of the whole K */
   const int nkt = (NSTG - ks + KS - 1) / KS; /* this slice's stages: ks, ks + KS, ... */
-  /* the warp's copies of its i-th K tile (kt = ks + KS i) into slot i % ST:
-   * the 16 rows' ROWB bytes as 16-byte chunks spread over the lanes, and
-   * lanes 0..15 the rows' scale words (MX: word kt, the tile's 4 blocks;
-   * FP8: word kt / 4, whose byte kt % 4 is the tile's 128-block) */
-  /* lane l copies half of row l >> 1 of a stage: with two MX tiles per
-   * stage, half l & 1 is tile 2 j + (l & 1), skipped (zero-filled, never
-   * read) past the last tile; the scale words: lane l the word of row
-   * l & 15 and the stage's tile l >> 4 (MX), or of its 128-block (FP8) */
+  /* issue(i): the warp's copies of its i-th ring stage, j = ks + KS i (K
+   * tiles TPS j .. TPS j + TPS - 1), into slot i % ST. Lane l copies half of
+   * row l >> 1 of the stage: with two MX tiles per stage, half l & 1 is tile
+   * 2 j + (l & 1), skipped (zero-filled, never read) past the last tile. The
+   * scale words: lane l (l < 16 TPS) the word of row l & 15 and the stage's
+   * tile l >> 4 (MX: word kt, the tile's 4 blocks; FP8: word kt / 4, whose
+   * byte kt % 4 is the tile's 128-block); past the last tile the copy has
+   * size 0 (nothing is read at its address). */
   constexpr int CPL = S::ROWB / 32; /* 16-byte chunks per lane */
   uint8_t *const ldst = ring + (lane >> 1) * PITCH + 16 * CPL * (lane & 1);
   const uint8_t *const lsrc = wsrc + (lane >> 1) * p.B_row + 16 * CPL * (lane & 1);
@@ -190,7 +192,7 @@ __global__ void __launch_bounds__(32 * NW, (TPS_ == 1 ? 24 : 16) / NW) moe_gemm_
       __syncwarp(); /* every lane finished reading the slot the refill overwrites */
       if (i + ST - 1 < nkt) issue(i + ST - 1);
       dsk_ptx::cp_async_commit();
-      dsk_ptx::cp_async_wait<ST - 1>(); /* this lane's copies of tile i landed */
+      dsk_ptx::cp_async_wait<ST - 1>(); /* this lane's copies of stage i landed */
       __syncwarp();                     /* ... and every lane's */
       if (!wact) continue;
       const int j = ks + KS * i, slot = i % ST;
