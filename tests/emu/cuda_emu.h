@@ -40,7 +40,8 @@
 
 namespace emu {
 
-constexpr int kMaxThreads = 256;
+constexpr int kMaxThreads = 512;
+constexpr int kNamedBarriers = 16;
 constexpr size_t kStack = 128 * 1024;
 
 struct Idx {
@@ -49,7 +50,7 @@ struct Idx {
 
 struct State {
   int nthreads = 0, cur = 0;
-  unsigned bx = 0, by = 0, gx = 1, gy = 1;
+  unsigned bx = 0, by = 0, bz = 0, gx = 1, gy = 1, gz = 1;
   ucontext_t sched;
   ucontext_t ctx[kMaxThreads];
   std::vector<char> stacks;
@@ -58,6 +59,8 @@ struct State {
   unsigned cta_gen = 0;
   int warp_count[kMaxThreads / 32];
   unsigned warp_gen[kMaxThreads / 32];
+  int named_count[kNamedBarriers];
+  unsigned named_gen[kNamedBarriers];
   uint64_t progress = 0;
   uint32_t xch[kMaxThreads][12];
   const void *xptr[kMaxThreads];
@@ -83,6 +86,16 @@ inline void barrier(int &count, unsigned &gen, int n) {
   while (gen == g) yield();
 }
 inline void cta_barrier() { barrier(st().cta_count, st().cta_gen, st().nthreads); }
+/* bar.sync id, n: the first n threads to arrive release each other (the
+ * kernel names which threads take part; threads that exited do not count) */
+inline void named_barrier(int id, int n) {
+  State &s = st();
+  if (id < 0 || id >= kNamedBarriers || n <= 0 || n % 32 || n > s.nthreads) {
+    fprintf(stderr, "emu: bar.sync %d, %d: unsupported barrier\n", id, n);
+    exit(2);
+  }
+  barrier(s.named_count[id], s.named_gen[id], n);
+}
 inline void warp_barrier() {
   State &s = st();
   const int w = s.cur >> 5;
@@ -99,11 +112,11 @@ inline void trampoline() {
   s.progress++;
 }
 
-/* Runs body() as every thread of every CTA of grid (gx, gy), CTA by CTA,
- * with the shared buffer poisoned (0xFF) before each CTA. Exits the
+/* Runs body() as every thread of every CTA of grid (gx, gy, gz), CTA by
+ * CTA, with the shared buffer poisoned (0xFF) before each CTA. Exits the
  * process on a deadlock (a barrier some thread never reaches). */
-inline void launch(unsigned gx, unsigned gy, int threads, uint8_t *shared, size_t shared_bytes,
-                   std::function<void()> body) {
+inline void launch3(unsigned gx, unsigned gy, unsigned gz, int threads, uint8_t *shared, size_t shared_bytes,
+                    std::function<void()> body) {
   State &s = st();
   if (threads > kMaxThreads || threads % 32) {
     fprintf(stderr, "emu: %d threads per CTA not supported\n", threads);
@@ -113,14 +126,18 @@ inline void launch(unsigned gx, unsigned gy, int threads, uint8_t *shared, size_
   s.body = body;
   s.gx = gx;
   s.gy = gy;
+  s.gz = gz;
+  for (unsigned bz = 0; bz < gz; bz++)
   for (unsigned by = 0; by < gy; by++)
     for (unsigned bx = 0; bx < gx; bx++) {
       memset(shared, 0xFF, shared_bytes);
       s.bx = bx;
       s.by = by;
+      s.bz = bz;
       s.nthreads = threads;
       s.cta_count = 0;
       for (int w = 0; w < threads / 32; w++) s.warp_count[w] = 0;
+      for (int b = 0; b < kNamedBarriers; b++) s.named_count[b] = 0;
       for (int i = 0; i < threads; i++) {
         s.done[i] = false;
         getcontext(&s.ctx[i]);
@@ -140,11 +157,16 @@ inline void launch(unsigned gx, unsigned gy, int threads, uint8_t *shared, size_
         }
         if (all) break;
         if (s.progress == p0) {
-          fprintf(stderr, "emu: deadlock in CTA (%u, %u): a barrier is never reached by every thread\n", bx, by);
+          fprintf(stderr, "emu: deadlock in CTA (%u, %u, %u): a barrier is never reached by every thread\n", bx, by,
+                  bz);
           exit(3);
         }
       }
     }
+}
+inline void launch(unsigned gx, unsigned gy, int threads, uint8_t *shared, size_t shared_bytes,
+                   std::function<void()> body) {
+  launch3(gx, gy, 1, threads, shared, shared_bytes, body);
 }
 
 /* ---- number formats (bit-exact conversions) */
@@ -220,9 +242,9 @@ inline float e4m3_to_f32(uint8_t v) {
 
 /* ---- the CUDA built-ins and intrinsics the kernels use */
 #define threadIdx (emu::Idx{(unsigned)emu::st().cur, 0u, 0u})
-#define blockIdx (emu::Idx{emu::st().bx, emu::st().by, 0u})
+#define blockIdx (emu::Idx{emu::st().bx, emu::st().by, emu::st().bz})
 #define blockDim (emu::Idx{(unsigned)emu::st().nthreads, 1u, 1u})
-#define gridDim (emu::Idx{emu::st().gx, emu::st().gy, 1u})
+#define gridDim (emu::Idx{emu::st().gx, emu::st().gy, emu::st().gz})
 
 inline void __syncthreads() { emu::cta_barrier(); }
 template <typename T>
@@ -234,6 +256,17 @@ inline T __shfl_xor_sync(unsigned, T v, int o) {
   emu::warp_barrier();
   T r;
   memcpy(&r, &s.xch[emu::wbase() | ((me & 31) ^ o)][0], 4);
+  emu::warp_barrier();
+  return r;
+}
+template <typename T>
+inline T __shfl_sync(unsigned, T v, int src) {
+  static_assert(sizeof(T) == 4, "32-bit shuffles only");
+  emu::State &s = emu::st();
+  memcpy(&s.xch[s.cur][0], &v, 4);
+  emu::warp_barrier();
+  T r;
+  memcpy(&r, &s.xch[emu::wbase() | (src & 31)][0], 4);
   emu::warp_barrier();
   return r;
 }

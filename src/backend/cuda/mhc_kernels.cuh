@@ -1,0 +1,592 @@
+/* mhc_kernels.cuh - the device code of the CUDA mHC ops (mhc.cu; spec/mhc.md,
+ * docs/mhc.md): constants, helpers, the split projection, the per-token
+ * finish and post kernels. Included by mhc.cu inside its anonymous
+ * namespace, after the PTX wrappers these kernels call (pdl_wait,
+ * pdl_launch_dependents, cp_async16, cp_async4, cp_async_commit,
+ * cp_async_wait<N>, prefetch_l2, rcp_approx, bar_sync_1<N>) and the macro
+ * DSK_MHC_STATIC (empty on the GPU); tests/emu_mhc.cc includes it under the
+ * CPU emulation of tests/emu/cuda_emu.h with emulated wrappers and
+ * DSK_MHC_STATIC = static (the emulation's __shared__ is empty). No inline
+ * PTX here. */
+
+/* projection */
+constexpr int kOutGroups = 4; /* output groups: group g owns outputs g*NOUT/4 .. (g+1)*NOUT/4 - 1 */
+constexpr int kRound = 128;   /* columns of one lane round (= one pipeline stage): 32 lanes x 4 */
+/* finish */
+constexpr int kYWarps = 8;                          /* warps forming y; warp 0 does the scalar work */
+constexpr int kFinishThreads = 32 * (1 + kYWarps);  /* 288 */
+constexpr int kYThreads = 32 * kYWarps;             /* 256 */
+constexpr int kPartRound = 128; /* splits staged in shared memory per round (S_max of DSv4 fits one) */
+constexpr int kSumChunk = 8;    /* splits per chunk of the split sum (divides kPartRound) */
+constexpr int kMaxChunks = 32;  /* S <= 256 = S_max at D = DSK_MHC_MAX_D */
+constexpr int kMaxSplits = kSumChunk * kMaxChunks;
+/* post */
+constexpr int kPostThreads = 128;
+
+static_assert(kPartRound % kSumChunk == 0, "a staging round must hold whole chunks");
+
+/* ------------------------------------------------------------ utilities */
+__device__ __forceinline__ float bf16_lo(uint32_t w) { return __uint_as_float(w << 16); }
+__device__ __forceinline__ float bf16_hi(uint32_t w) { return __uint_as_float(w & 0xFFFF0000u); }
+
+/* fp32 -> bf16, round to nearest even; NaN -> quiet NaN (as dsk_bf16_from_f32). */
+__device__ __forceinline__ uint32_t f32_to_bf16(float x) {
+  uint32_t u = __float_as_uint(x);
+  if ((u & 0x7FFFFFFFu) > 0x7F800000u) return 0x7FC0u | ((u >> 16) & 0x8000u);
+  u += 0x7FFFu + ((u >> 16) & 1u);
+  return u >> 16;
+}
+__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) { return f32_to_bf16(lo) | (f32_to_bf16(hi) << 16); }
+
+__device__ __forceinline__ void unpack8(const uint4 v, float *x) {
+  x[0] = bf16_lo(v.x); x[1] = bf16_hi(v.x);
+  x[2] = bf16_lo(v.y); x[3] = bf16_hi(v.y);
+  x[4] = bf16_lo(v.z); x[5] = bf16_hi(v.z);
+  x[6] = bf16_lo(v.w); x[7] = bf16_hi(v.w);
+}
+__device__ __forceinline__ uint4 pack8(const float *y) {
+  uint4 v;
+  v.x = pack_bf16(y[0], y[1]);
+  v.y = pack_bf16(y[2], y[3]);
+  v.z = pack_bf16(y[4], y[5]);
+  v.w = pack_bf16(y[6], y[7]);
+  return v;
+}
+/* 16 bytes of global memory with a plain (coherent) load: the data may have
+ * been written by the kernel just before this one in the stream. */
+__device__ __forceinline__ uint4 ld16(const uint16_t *p) { return *reinterpret_cast<const uint4 *>(p); }
+
+/* TF32 rounding: keep 10 mantissa bits, nearest, ties away (cvt.rna). */
+__device__ __forceinline__ float tf32_rna(float x) {
+  uint32_t u = __float_as_uint(x);
+  if ((u & 0x7F800000u) == 0x7F800000u) return x;
+  return __uint_as_float((u + 0x1000u) & 0xFFFFE000u);
+}
+
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+  for (int o = 16; o; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+__device__ __forceinline__ float sigmoidf_(float z) { return 1.0f / (1.0f + expf(-z)); }
+
+/* Cross-lane sum of v[0..N) over the 32 lanes by the xor tree 16, 8, 4, 2, 1
+ * (the bits of warp_sum), halving the values while N is even: at mask O a
+ * lane keeps the half selected by its lane bit O and adds the partner's copy
+ * of it. Afterwards lane l holds, in v[0 .. reduced_count(N)), the sums of
+ * the original indices off + i; lanes differing only in bits of `dup` hold
+ * the same values (full-butterfly steps taken once N became odd). */
+template <int N, int O>
+__device__ __forceinline__ void xor_reduce(float *v, int lane, int &off, int &dup) {
+  if constexpr (O > 0) {
+    if constexpr (N % 2 == 0) {
+      constexpr int H = N / 2;
+      const bool up = (lane & O) != 0;
+#pragma unroll
+      for (int i = 0; i < H; i++) {
+        const float send = up ? v[i] : v[i + H];
+        const float keep = up ? v[i + H] : v[i];
+        v[i] = keep + __shfl_xor_sync(0xffffffffu, send, O);
+      }
+      if (up) off += H;
+      xor_reduce<H, O / 2>(v, lane, off, dup);
+    } else {
+#pragma unroll
+      for (int i = 0; i < N; i++) v[i] += __shfl_xor_sync(0xffffffffu, v[i], O);
+      dup |= O;
+      xor_reduce<N, O / 2>(v, lane, off, dup);
+    }
+  }
+}
+__host__ __device__ constexpr int reduced_count(int n) {
+  for (int o = 16; o; o >>= 1)
+    if (n % 2 == 0) n /= 2;
+  return n;
+}
+
+/* ---------------------------------------------------------------- projection
+ * CTA = split s (blockIdx.y) x TT = TW*WT consecutive tokens (blockIdx.x) x
+ * WG of the 4 output groups (blockIdx.z picks which WG). WG*WT warps: warp w
+ * serves output group g = blockIdx.z*WG + w%WG (outputs g*TN .. g*TN+TN-1,
+ * TN = NOUT/4) for the TW tokens of token group w/WG, and the sums of squares
+ * of its tokens m (0..TW-1 within the group) with m % 4 == g (each token's
+ * sum of squares is thus formed by exactly one warp of the grid). The split's
+ * columns stream through shared memory one lane round (128 columns) per
+ * stage in an NSTG-deep cp.async ring; a stage holds the CTA's ROWS = WG*TN
+ * fn rows and TT token rows of those columns (16-byte copies of contiguous
+ * rows: every 32-byte sector is fetched once). Each lane keeps its TN x 4 fn
+ * values of the stage in registers and walks its tokens. The fn copies of
+ * the first NSTG-1 stages are issued before griddepcontrol.wait (constant
+ * weights). Outputs d [S, T, NOUT], q [S, T]. */
+struct ProjParams {
+  const uint16_t *R;
+  int64_t R_stride;
+  const float *fn;
+  int64_t T, nD, Kc;
+  float *d, *q;
+};
+
+template <int NOUT, int TW, int WG, int WT, int NSTG>
+struct ProjShape {
+  static constexpr int TN = NOUT / kOutGroups;
+  static constexpr int ROWS = TN * WG;
+  static constexpr int TT = TW * WT;
+  static constexpr int NT = 32 * WG * WT;
+  static constexpr int FN_BYTES = ROWS * kRound * 4;
+  static constexpr int X_BYTES = TT * kRound * 2;
+  static constexpr int STAGE = FN_BYTES + X_BYTES;
+  static constexpr int SMEM = NSTG * STAGE;
+};
+
+template <int NOUT, int TW, int WG, int WT, int NSTG, bool TF32>
+__global__ void __launch_bounds__(32 * WG * WT) mhc_project_kernel(const ProjParams p) {
+  using Sh = ProjShape<NOUT, TW, WG, WT, NSTG>;
+  constexpr int TN = Sh::TN, ROWS = Sh::ROWS, TT = Sh::TT, NT = Sh::NT;
+  constexpr int SQN = (TW + 3) / 4;          /* sums of squares per warp */
+  constexpr int FN_N = ROWS * (kRound / 4);  /* 16-byte fn copies per stage */
+  constexpr int X_N = TT * (kRound / 8);     /* 16-byte x copies per stage */
+  constexpr int FN_CP = (FN_N + NT - 1) / NT;
+  constexpr int X_CP = (X_N + NT - 1) / NT;
+  static_assert(NOUT % kOutGroups == 0 && kOutGroups % WG == 0, "output groups must tile the outputs");
+  static_assert(NSTG >= 2, "the ring needs two stages");
+  static_assert(Sh::FN_BYTES % 16 == 0 && Sh::STAGE % 16 == 0, "16-byte aligned stage regions");
+  extern __shared__ __align__(16) unsigned char proj_smem[];
+
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int gl = warp % WG, h = warp / WG;
+  const int g = (int)blockIdx.z * WG + gl; /* global output group, 0..3 */
+  const int64_t s = blockIdx.y;
+  const int64_t t0 = (int64_t)blockIdx.x * TT;
+  const int ntok = (int)min((int64_t)TT, p.T - t0); /* >= 1 by the grid */
+  int64_t kb = s * p.Kc;
+  if (kb > p.nD) kb = p.nD;
+  int64_t ke = kb + p.Kc;
+  if (ke > p.nD) ke = p.nD;
+  const int width = (int)(ke - kb); /* a multiple of 32 (nD and Kc are) */
+  const int nst = (width + kRound - 1) / kRound;
+
+  /* stage st: columns kb + st*128 + [0, 128) of the split; copies beyond the
+   * split's width (rem, a multiple of 32) and of tokens past T are not
+   * issued, and nothing reads those smem words */
+  const float *fnb = p.fn + (int64_t)blockIdx.z * ROWS * p.nD + kb; /* the CTA's first fn row */
+  auto load_fn = [&](int st) {
+    float *dst = reinterpret_cast<float *>(proj_smem + (st % NSTG) * Sh::STAGE);
+    const int col0 = st * kRound, rem = width - col0;
+#pragma unroll
+    for (int f = 0; f < FN_CP; f++) {
+      const int u = tid + f * NT;
+      const int row = u >> 5, c4 = u & 31;
+      if (u < FN_N && 4 * c4 < rem) cp_async16(dst + row * kRound + 4 * c4, fnb + row * p.nD + col0 + 4 * c4);
+    }
+  };
+  const uint16_t *Rb = p.R + t0 * p.R_stride + kb;
+  auto load_x = [&](int st) {
+    uint16_t *dst = reinterpret_cast<uint16_t *>(proj_smem + (st % NSTG) * Sh::STAGE + Sh::FN_BYTES);
+    const int col0 = st * kRound, rem = width - col0;
+#pragma unroll
+    for (int k = 0; k < X_CP; k++) {
+      const int u = tid + k * NT;
+      const int m = u >> 4, c8 = u & 15;
+      if (u < X_N && m < ntok && 8 * c8 < rem)
+        cp_async16(dst + m * kRound + 8 * c8, Rb + m * p.R_stride + col0 + 8 * c8);
+    }
+  };
+
+  /* prologue: fn of stages 0..NSTG-2 before the wait, then their x; group k
+   * holds x of stage k (group 0 also all the prologue fn copies) */
+#pragma unroll
+  for (int k = 0; k < NSTG - 1; k++)
+    if (k < nst) load_fn(k);
+  pdl_wait();
+  pdl_launch_dependents();
+#pragma unroll
+  for (int k = 0; k < NSTG - 1; k++) {
+    if (k < nst) load_x(k);
+    cp_async_commit();
+  }
+
+  float acc[TW * TN];
+  float sq[SQN];
+#pragma unroll
+  for (int i = 0; i < TW * TN; i++) acc[i] = 0.f;
+#pragma unroll
+  for (int i = 0; i < SQN; i++) sq[i] = 0.f;
+
+  for (int st = 0; st < nst; st++) {
+    cp_async_wait<NSTG - 2>(); /* groups 0..st of this thread have landed: stage st */
+    __syncthreads();           /* ... everybody's; and everybody is done with stage st-1 */
+    if (st + NSTG - 1 < nst) { /* refill the buffer of stage st-1 */
+      load_fn(st + NSTG - 1);
+      load_x(st + NSTG - 1);
+    }
+    cp_async_commit(); /* possibly empty: keeps the group count in step */
+    const unsigned char *sb = proj_smem + (st % NSTG) * Sh::STAGE;
+    const float *fs = reinterpret_cast<const float *>(sb);
+    const uint16_t *xs = reinterpret_cast<const uint16_t *>(sb + Sh::FN_BYTES);
+    if (4 * lane < width - st * kRound) { /* lane-divergent; no shuffles or barriers inside */
+      float w[TN][4];
+#pragma unroll
+      for (int jj = 0; jj < TN; jj++) {
+        const float4 f4 = *reinterpret_cast<const float4 *>(fs + (gl * TN + jj) * kRound + 4 * lane);
+        w[jj][0] = f4.x; w[jj][1] = f4.y; w[jj][2] = f4.z; w[jj][3] = f4.w;
+        if (TF32) {
+#pragma unroll
+          for (int c = 0; c < 4; c++) w[jj][c] = tf32_rna(w[jj][c]);
+        }
+      }
+#pragma unroll
+      for (int m = 0; m < TW; m++) {
+        const int mt = h * TW + m;
+        if (mt < ntok) { /* warp-uniform */
+          const uint2 xv = *reinterpret_cast<const uint2 *>(xs + mt * kRound + 4 * lane);
+          const float x[4] = {bf16_lo(xv.x), bf16_hi(xv.x), bf16_lo(xv.y), bf16_hi(xv.y)};
+          if ((m & 3) == g) {
+#pragma unroll
+            for (int c = 0; c < 4; c++) sq[m >> 2] = fmaf(x[c], x[c], sq[m >> 2]);
+          }
+#pragma unroll
+          for (int jj = 0; jj < TN; jj++) {
+#pragma unroll
+            for (int c = 0; c < 4; c++) acc[m * TN + jj] = fmaf(w[jj][c], x[c], acc[m * TN + jj]);
+          }
+        }
+      }
+    }
+  }
+  cp_async_wait<0>(); /* only empty groups can be pending here */
+
+  /* cross-lane sums, then the stores (every lane reaches here) */
+  int off = 0, dup = 0;
+  xor_reduce<TW * TN, 16>(acc, lane, off, dup);
+  constexpr int NF = reduced_count(TW * TN);
+  if ((lane & dup) == 0) {
+#pragma unroll
+    for (int i = 0; i < NF; i++) {
+      const int u = off + i, m = u / TN, jj = u - m * TN;
+      const int mt = h * TW + m;
+      if (mt < ntok) p.d[(s * p.T + t0 + mt) * NOUT + g * TN + jj] = acc[i];
+    }
+  }
+  if (g < TW) { /* warp-uniform: the warp owns the squares of its tokens g, g + 4, ... */
+    int offq = 0, dupq = 0;
+    xor_reduce<SQN, 16>(sq, lane, offq, dupq);
+    constexpr int NQ = reduced_count(SQN);
+    if ((lane & dupq) == 0) {
+#pragma unroll
+      for (int i = 0; i < NQ; i++) {
+        const int m = g + 4 * (offq + i), mt = h * TW + m;
+        if (m < TW && mt < ntok) p.q[s * p.T + t0 + mt] = sq[i];
+      }
+    }
+  }
+}
+
+/* ------------------------------------------------------------------ finish
+ * One block of 288 threads per token. NOUT = 24: dsk_mhc_pre (pre, post,
+ * Sinkhorn C, y, optional RMSNorm with NORM); NOUT = 4: dsk_mhc_head (pre,
+ * h). Before griddepcontrol.wait warp 0 loads scale and base, and with NORM
+ * the y warps prefetch norm_w to L2 (constant parameters). Then the y warps
+ * load their first PF R vectors of each stream, all threads stage the
+ * token's partials in shared memory with cp.async (all in flight at once)
+ * and form the chunk sums (8 splits each) in parallel; warp 0 adds the chunk
+ * sums (lane v owns value v: d_v for v < NOUT, q for v = NOUT), forms the
+ * RMS factor and the sigmoids lane-parallel and publishes the pre weights;
+ * then warp 0 runs Sinkhorn (every lane the same scalar code) and stores C
+ * while warps 1..8 form y. */
+struct FinishParams {
+  const float *d, *q; /* partials [S, T, NOUT], [S, T] */
+  int64_t S, T, D, nD;
+  const uint16_t *R; int64_t R_stride;
+  const float *scale, *base;
+  float eps_rms, eps_hc, post_mult, norm_eps;
+  int iters;
+  const float *norm_w;
+  uint16_t *y; int64_t y_stride;
+  float *post, *C, *pre_w;
+};
+
+/* Sinkhorn of spec §3 on a 4x4 matrix in registers: row softmax + eps, a
+ * column normalisation, then iters - 1 (row, column) rounds; each step
+ * divides by (sum + eps) through one reciprocal per row / column. */
+__device__ __forceinline__ void sinkhorn_cols(float (&c)[16], float eps) {
+#pragma unroll
+  for (int j = 0; j < 4; j++) {
+    const float inv = rcp_approx(((c[j] + c[4 + j]) + (c[8 + j] + c[12 + j])) + eps);
+#pragma unroll
+    for (int i = 0; i < 4; i++) c[4 * i + j] *= inv;
+  }
+}
+__device__ __forceinline__ void sinkhorn_f32(float (&c)[16], int iters, float eps) {
+#pragma unroll
+  for (int i = 0; i < 4; i++) {
+    const float mx = fmaxf(fmaxf(c[4 * i], c[4 * i + 1]), fmaxf(c[4 * i + 2], c[4 * i + 3]));
+    float e[4];
+#pragma unroll
+    for (int j = 0; j < 4; j++) e[j] = expf(c[4 * i + j] - mx);
+    const float inv = rcp_approx((e[0] + e[1]) + (e[2] + e[3]));
+#pragma unroll
+    for (int j = 0; j < 4; j++) c[4 * i + j] = fmaf(e[j], inv, eps);
+  }
+  sinkhorn_cols(c, eps);
+#pragma unroll 1
+  for (int it = 1; it < iters; it++) {
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+      const float inv = rcp_approx(((c[4 * i] + c[4 * i + 1]) + (c[4 * i + 2] + c[4 * i + 3])) + eps);
+#pragma unroll
+      for (int j = 0; j < 4; j++) c[4 * i + j] *= inv;
+    }
+    sinkhorn_cols(c, eps);
+  }
+}
+
+/* y for 8 columns from the 4 streams: fp32 fmaf chain over i = 0..3, one
+ * bf16 rounding. NORM: the rounded vector goes to shared memory (for the
+ * second pass) and its squares are added to ss; else it is stored. */
+template <bool NORM>
+__device__ __forceinline__ float emit_y(const uint4 *r4, const float *w, int64_t v, uint16_t *y, uint4 *s_y,
+                                        float ss) {
+  float a[8], b[8];
+  unpack8(r4[0], a);
+#pragma unroll
+  for (int c = 0; c < 8; c++) a[c] = w[0] * a[c];
+#pragma unroll
+  for (int i = 1; i < 4; i++) {
+    unpack8(r4[i], b);
+#pragma unroll
+    for (int c = 0; c < 8; c++) a[c] = fmaf(w[i], b[c], a[c]);
+  }
+  const uint4 out = pack8(a);
+  if (NORM) {
+    s_y[v] = out;
+    unpack8(out, b); /* the rounded values */
+#pragma unroll
+    for (int c = 0; c < 8; c++) ss = fmaf(b[c], b[c], ss);
+  } else {
+    *reinterpret_cast<uint4 *>(y + 8 * v) = out;
+  }
+  return ss;
+}
+
+template <int NOUT>
+struct FinishSmem {
+  float csum[kMaxChunks * (NOUT + 1)]; /* chunk sums [chunk][value] */
+  float w[4];
+  float red[kYWarps];
+};
+
+/* Dynamic shared memory of the finish kernel: the staged partials of one
+ * round (min(S, 128) splits x (NOUT + 1) values, rounded up to 16 bytes),
+ * then with NORM the token's rounded y row (D bf16). */
+__host__ __device__ constexpr int64_t finish_part_bytes(int64_t S, int nout) {
+  return ((S < kPartRound ? S : kPartRound) * (nout + 1) * 4 + 15) / 16 * 16;
+}
+
+template <int NOUT, bool NORM, int PF>
+__global__ void __launch_bounds__(kFinishThreads, PF <= 2 ? 3 : 2) mhc_finish_kernel(const FinishParams p) {
+  constexpr int NV = NOUT + 1;
+  constexpr int LOADS = (kPartRound * NV + kFinishThreads - 1) / kFinishThreads;
+  constexpr int ITEMS = (kPartRound / kSumChunk) * NV; /* chunk sums of a full round */
+  constexpr int ITEM_RND = (ITEMS + kFinishThreads - 1) / kFinishThreads;
+  __shared__ DSK_MHC_STATIC FinishSmem<NOUT> sm;
+  extern __shared__ __align__(16) unsigned char fin_smem[];
+  float *s_part = reinterpret_cast<float *>(fin_smem);
+  uint4 *s_y = reinterpret_cast<uint4 *>(fin_smem + finish_part_bytes(p.S, NOUT)); /* NORM: y as bf16 [D] */
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int64_t t = blockIdx.x;
+  const int64_t nvec = p.D / 8;
+  const int yt = tid - 32;
+
+  /* constant parameters, before the wait */
+  float sc = 0.f, bs = 0.f;
+  if (warp == 0) {
+    if (NOUT == 24) {
+      const int si = lane < 4 ? 0 : lane < 8 ? 1 : 2;
+      if (lane < NOUT) {
+        sc = p.scale[si];
+        bs = p.base[lane];
+      }
+    } else {
+      sc = p.scale[0];
+      if (lane < 4) bs = p.base[lane];
+    }
+  } else if (NORM) {
+    for (int64_t l = yt; l < (p.D + 31) / 32; l += kYThreads) prefetch_l2(p.norm_w + 32 * l);
+  }
+
+  pdl_wait();
+  pdl_launch_dependents();
+
+  /* 0. y warps: load this thread's first R vectors (used in step 3) */
+  const uint16_t *x = p.R + t * p.R_stride;
+  uint4 pf[PF][4];
+  if (warp > 0) {
+#pragma unroll
+    for (int i = 0; i < PF; i++) {
+      const int64_t v = yt + (int64_t)i * kYThreads;
+      if (v < nvec) {
+#pragma unroll
+        for (int st = 0; st < 4; st++) pf[i][st] = ld16(x + st * p.D + 8 * v);
+      }
+    }
+  }
+
+  /* 1. split sums: partials staged per round of up to 128 splits, chunk sums
+   * of 8 splits (ascending s) by all threads, chunk k of the whole op at
+   * sm.csum[k][v] */
+  for (int64_t s0 = 0; s0 < p.S; s0 += kPartRound) {
+    const int ns = (int)min((int64_t)kPartRound, p.S - s0);
+    const int n = ns * NV;
+#pragma unroll
+    for (int k = 0; k < LOADS; k++) {
+      const int v = tid + k * kFinishThreads;
+      if (v < n) {
+        const int sl = v / NV, j = v - sl * NV;
+        const int64_t s = s0 + sl;
+        cp_async4(&s_part[v], j < NOUT ? p.d + (s * p.T + t) * NOUT + j : p.q + s * p.T + t);
+      }
+    }
+    cp_async_commit();
+    cp_async_wait<0>();
+    __syncthreads();
+    const int nch = (ns + kSumChunk - 1) / kSumChunk;
+    const int kc0 = (int)(s0 / kSumChunk);
+#pragma unroll
+    for (int r = 0; r < ITEM_RND; r++) {
+      const int it = tid + r * kFinishThreads;
+      if (it < nch * NV) {
+        const int kc = it / NV, v = it - kc * NV;
+        const int sl0 = kc * kSumChunk, sl1 = min(sl0 + kSumChunk, ns);
+        float a = s_part[sl0 * NV + v];
+        for (int sl = sl0 + 1; sl < sl1; sl++) a += s_part[sl * NV + v];
+        sm.csum[(kc0 + kc) * NV + v] = a;
+      }
+    }
+    __syncthreads(); /* chunk sums visible; s_part free for the next round */
+  }
+
+  /* 2. warp 0: chunk sums in ascending order, RMS factor, sigmoids
+   * (lane-parallel), pre weights published */
+  float c[16];
+  if (warp == 0) {
+    const int nch = (int)((p.S + kSumChunk - 1) / kSumChunk);
+    float run = 0.f;
+    if (lane < NV) {
+      run = sm.csum[lane];
+      for (int k = 1; k < nch; k++) run += sm.csum[k * NV + lane];
+    }
+    const float qsum = __shfl_sync(0xffffffffu, run, NOUT);
+    const float r = 1.0f / sqrtf(qsum / (float)p.nD + p.eps_rms);
+    const float m = run * r;
+    if (NOUT == 24) {
+      const float z = fmaf(m, sc, bs);
+      if (lane < 4) {
+        const float pre = sigmoidf_(z) + p.eps_hc;
+        sm.w[lane] = pre;
+        if (p.pre_w) p.pre_w[t * 4 + lane] = pre;
+      } else if (lane < 8) {
+        p.post[t * 4 + (lane - 4)] = p.post_mult * sigmoidf_(z);
+      }
+#pragma unroll
+      for (int e = 0; e < 16; e++) c[e] = __shfl_sync(0xffffffffu, z, 8 + e);
+    } else {
+      if (lane < 4) sm.w[lane] = sigmoidf_(fmaf(m, sc, bs)) + p.eps_hc;
+    }
+  }
+  __syncthreads();
+
+  if (warp == 0) {
+    /* 3a. Sinkhorn: all lanes run the same scalar code; lane e stores C[e] */
+    if (NOUT == 24) {
+      sinkhorn_f32(c, p.iters, p.eps_hc);
+      float o = c[0];
+#pragma unroll
+      for (int e = 1; e < 16; e++)
+        if (lane == e) o = c[e];
+      if (lane < 16) p.C[t * 16 + lane] = o;
+    }
+    return; /* no block-wide barrier follows */
+  }
+
+  /* 3b. y warps: y = bf16(sum_i pre_i R_i), 8 columns per step */
+  const float w[4] = {sm.w[0], sm.w[1], sm.w[2], sm.w[3]};
+  uint16_t *y = p.y + t * p.y_stride;
+  float ss = 0.f;
+#pragma unroll
+  for (int i = 0; i < PF; i++) {
+    const int64_t v = yt + (int64_t)i * kYThreads;
+    if (v < nvec) ss = emit_y<NORM>(pf[i], w, v, y, s_y, ss);
+  }
+  for (int64_t v = yt + (int64_t)PF * kYThreads; v < nvec; v += kYThreads) {
+    uint4 r4[4];
+#pragma unroll
+    for (int st = 0; st < 4; st++) r4[st] = ld16(x + st * p.D + 8 * v);
+    ss = emit_y<NORM>(r4, w, v, y, s_y, ss);
+  }
+  if (!NORM) return;
+
+  /* 4. fused RMSNorm of the rounded y: sum of squares over the y warps
+   * (fixed tree: warp butterfly, then warps 1..8 in order), named barrier 1
+   * among the 256 y threads only (warp 0 has left) */
+  ss = warp_sum(ss);
+  if (lane == 0) sm.red[warp - 1] = ss;
+  bar_sync_1<kYThreads>();
+  float tot = 0.f;
+#pragma unroll
+  for (int i = 0; i < kYWarps; i++) tot += sm.red[i];
+  const float rs = 1.0f / sqrtf(tot / (float)p.D + p.norm_eps);
+  /* each thread re-reads only the y vectors it wrote itself */
+  for (int64_t v = yt; v < nvec; v += kYThreads) {
+    float a[8];
+    unpack8(s_y[v], a);
+    const float4 *w4 = reinterpret_cast<const float4 *>(p.norm_w + 8 * v);
+    const float4 g0 = w4[0], g1 = w4[1];
+    const float gw[8] = {g0.x, g0.y, g0.z, g0.w, g1.x, g1.y, g1.z, g1.w};
+#pragma unroll
+    for (int cc = 0; cc < 8; cc++) a[cc] = gw[cc] * (a[cc] * rs);
+    *reinterpret_cast<uint4 *>(y + 8 * v) = pack8(a);
+  }
+}
+
+/* ------------------------------------------------------------------- post
+ * grid (T, ceil(D / 8 / kPostThreads)); each thread loads all four streams
+ * of its 8 columns before storing any (in place is safe). Everything it
+ * reads may come from the kernels before it: no loads before the wait. */
+__global__ void __launch_bounds__(kPostThreads) mhc_post_kernel(const uint16_t *out, int64_t out_stride,
+                                                               const uint16_t *R, int64_t R_stride,
+                                                               const float *post, const float *C, uint16_t *R_out,
+                                                               int64_t R_out_stride, int64_t D) {
+  pdl_wait();
+  pdl_launch_dependents();
+  const int64_t t = blockIdx.x;
+  const int64_t v = (int64_t)blockIdx.y * blockDim.x + threadIdx.x;
+  if (v >= D / 8) return;
+  /* R and R_out may alias: plain (not __ldg / __restrict__) accesses */
+  const uint16_t *x = R + t * R_stride + 8 * v;
+  float xi[4][8], o[8];
+#pragma unroll
+  for (int i = 0; i < 4; i++) unpack8(ld16(x + i * D), xi[i]);
+  unpack8(ld16(out + t * out_stride + 8 * v), o);
+  float c[16], pw[4];
+#pragma unroll
+  for (int e = 0; e < 16; e++) c[e] = C[t * 16 + e];
+#pragma unroll
+  for (int j = 0; j < 4; j++) pw[j] = post[t * 4 + j];
+  uint4 res[4];
+#pragma unroll
+  for (int j = 0; j < 4; j++) {
+    float a[8];
+#pragma unroll
+    for (int k = 0; k < 8; k++) {
+      float acc = pw[j] * o[k];
+#pragma unroll
+      for (int i = 0; i < 4; i++) acc = fmaf(c[4 * i + j], xi[i][k], acc);
+      a[k] = acc;
+    }
+    res[j] = pack8(a);
+  }
+  uint16_t *yo = R_out + t * R_out_stride + 8 * v;
+#pragma unroll
+  for (int j = 0; j < 4; j++) *reinterpret_cast<uint4 *>(yo + j * D) = res[j];
+}

@@ -1,0 +1,299 @@
+/* emu_mhc.cc - the CUDA mHC kernels of src/backend/cuda/mhc_kernels.cuh,
+ * their exact source, run on the CPU through tests/emu/cuda_emu.h and
+ * checked against the cpu-ref backend's dsk_mhc_prenorm + dsk_mhc_pre
+ * (plain and with the fused RMSNorm) + dsk_mhc_post, and dsk_mhc_head, at
+ * the bounds of spec/mhc.md §7 (the harness's, tests/harness/check_mhc.c).
+ * Runs in CI, where there is no GPU: it proves the projection's five
+ * configurations (1, 4, 8 tokens per 1-warp CTA; 16-token 4-warp and
+ * 32-token 8-warp CTAs with a partly filled last tile), the split column
+ * ranges, the cross-lane reduction trees and the sums of squares, the
+ * finish kernel's staged split sums, RMS factor, sigmoids, Sinkhorn and y
+ * (both prefetch depths, the named barrier of the fused norm), the post
+ * kernel in and out of place, FP32 and TF32. Not races or speed
+ * (compute-sanitizer and the benchmarks on a GPU).
+ *
+ * Launches replicate src/backend/cuda/mhc.cu's launchers: grid, block and
+ * shared memory of each configuration. Data: R ~ N(0, 1) in bf16 (token 0
+ * of one case all zero, one stream of another token x 1e3), fn ~ N(0,
+ * 1/nD), scale (1, 1, 0.25) or (1, 1, 4) (wide comb logits), base ~
+ * U(-0.5, 0.5); every output and the partials start as NaN. */
+#include "emu/cuda_emu.h"
+
+#include "dsk.h"
+#include "emu/emu_test.h"
+
+namespace {
+/* the PTX wrappers mhc_kernels.cuh calls (mhc.cu has the real ones) */
+inline void pdl_wait() {}
+inline void pdl_launch_dependents() {}
+inline void cp_async16(void *dst, const void *src) { memcpy(dst, src, 16); }
+inline void cp_async4(void *dst, const void *src) { memcpy(dst, src, 4); }
+inline void cp_async_commit() {}
+template <int N>
+inline void cp_async_wait() {}
+inline void prefetch_l2(const void *) {}
+inline float rcp_approx(float x) { return 1.0f / x; } /* the GPU's is within 1 ulp of this */
+template <int N>
+inline void bar_sync_1() {
+  emu::named_barrier(1, N);
+}
+#define DSK_MHC_STATIC static
+__attribute__((aligned(16))) unsigned char proj_smem[96 * 1024];
+__attribute__((aligned(16))) unsigned char fin_smem[48 * 1024];
+#include "backend/cuda/mhc_kernels.cuh"
+}  // namespace
+
+namespace {
+
+using emu_test::Rng;
+
+double bf(uint16_t b) { return (double)emu::bf16_to_f32(b); }
+double ulp_bf16(double v) {
+  v = fabs(v);
+  return v < 0x1p-126 ? 0x1p-133 : ldexp(1.0, ilogb(v) - 7);
+}
+void upd(double *m, double v) {
+  if (v > *m || v != v) *m = v;
+}
+
+struct Case {
+  const char *name;
+  int64_t D, T, S;
+  int cfg;  /* 0 T1, 1 T4, 2 T8, 3 T16, 4 T32 (the projection configurations of mhc.cu) */
+  bool tf32;
+  int pf;   /* finish prefetch depth: 2 or 4 */
+  bool in_place;
+  bool special; /* token 0 all zero, stream 2 of token 1 x 1e3 */
+  bool wide;    /* comb scale s2 = 4 (wide Sinkhorn logits, where 20 rounds do not converge) */
+};
+
+template <int NOUT, int TW, int WG, int WT, int NSTG>
+void project(const Case &c, const ProjParams &pp) {
+  using Sh = ProjShape<NOUT, TW, WG, WT, NSTG>;
+  static_assert(Sh::SMEM <= (int)sizeof proj_smem, "projection ring larger than the emulation's buffer");
+  const unsigned gx = (unsigned)((pp.T + Sh::TT - 1) / Sh::TT);
+  emu::launch3(gx, (unsigned)c.S, kOutGroups / WG, Sh::NT, proj_smem, Sh::SMEM, [&] {
+    if (c.tf32)
+      mhc_project_kernel<NOUT, TW, WG, WT, NSTG, true>(pp);
+    else
+      mhc_project_kernel<NOUT, TW, WG, WT, NSTG, false>(pp);
+  });
+}
+template <int NOUT>
+void project_cfg(const Case &c, const ProjParams &pp) {
+  switch (c.cfg) {
+    case 0: project<NOUT, 1, 1, 1, 4>(c, pp); break;
+    case 1: project<NOUT, 4, 1, 1, 4>(c, pp); break;
+    case 2: project<NOUT, 8, 1, 1, 4>(c, pp); break;
+    case 3: project<NOUT, 16, 4, 1, 3>(c, pp); break;
+    default: project<NOUT, 16, 4, 2, 4>(c, pp); break;
+  }
+}
+template <int NOUT, bool NORM>
+void finish(const Case &c, const FinishParams &p) {
+  const size_t bytes = (size_t)(finish_part_bytes(p.S, NOUT) + (NORM ? p.D * 2 : 0));
+  EXPECT(bytes <= sizeof fin_smem, "%s: finish needs %zu B of shared memory", c.name, bytes);
+  if (bytes > sizeof fin_smem) return;
+  emu::launch((unsigned)p.T, 1, kFinishThreads, fin_smem, bytes, [&] {
+    if (c.pf == 4)
+      mhc_finish_kernel<NOUT, NORM, 4>(p);
+    else
+      mhc_finish_kernel<NOUT, NORM, 2>(p);
+  });
+}
+
+bool run_case(dsk_ctx *cpu, const Case &c, uint64_t seed) {
+  Rng r{seed | 1};
+  const int64_t D = c.D, T = c.T, S = c.S, nD = 4 * D;
+  const double tol_s = c.tf32 ? 1e-3 : 1e-5, tol_b = c.tf32 ? 2e-3 : 2e-5;
+  std::vector<uint16_t> R((size_t)(T * nD)), out((size_t)(T * D));
+  std::vector<float> fn((size_t)(24 * nD)), hfn((size_t)(4 * nD)), nw((size_t)D), base(24), hbase(4);
+  const float scale[3] = {1.0f, 1.0f, c.wide ? 4.0f : 0.25f}, hscale[1] = {1.0f};
+  for (auto &v : R) v = emu::f32_to_bf16((float)r.normal());
+  for (auto &v : out) v = emu::f32_to_bf16((float)r.normal());
+  if (c.special && T >= 2) {
+    for (int64_t k = 0; k < nD; k++) R[(size_t)k] = 0; /* token 0: r = rsqrt(eps), m = 0 */
+    for (int64_t k = 0; k < D; k++) {
+      const size_t e = (size_t)(nD + 2 * D + k); /* token 1, stream 2 */
+      R[e] = emu::f32_to_bf16(emu::bf16_to_f32(R[e]) * 1e3f);
+    }
+  }
+  for (auto &v : fn) v = (float)(r.normal() / sqrt((double)nD));
+  for (auto &v : hfn) v = (float)(r.normal() / sqrt((double)nD));
+  for (auto &v : nw) v = (float)(0.5 + r.uni());
+  for (auto &v : base) v = (float)(r.uni() - 0.5);
+  for (auto &v : hbase) v = (float)(r.uni() - 0.5);
+
+  /* the kernels */
+  const float nanf_ = __uint_as_float(0x7FC00000u);
+  std::vector<float> part((size_t)(S * T * 25), nanf_), hpart((size_t)(S * T * 5), nanf_);
+  std::vector<uint16_t> y((size_t)(T * D), 0xFFFF), yn((size_t)(T * D), 0xFFFF), h((size_t)(T * D), 0xFFFF);
+  std::vector<uint16_t> Ro((size_t)(T * nD), 0xFFFF);
+  std::vector<float> post((size_t)(T * 4), nanf_), C((size_t)(T * 16), nanf_), prew((size_t)(T * 4), nanf_);
+  ProjParams pp;
+  pp.R = R.data();
+  pp.R_stride = nD;
+  pp.fn = fn.data();
+  pp.T = T;
+  pp.nD = nD;
+  pp.Kc = dsk_mhc_split_width(nD, S);
+  pp.d = part.data();
+  pp.q = part.data() + S * T * DSK_MHC_MIX;
+  project_cfg<DSK_MHC_MIX>(c, pp);
+  FinishParams fp;
+  memset(&fp, 0, sizeof fp);
+  fp.d = pp.d;
+  fp.q = pp.q;
+  fp.S = S;
+  fp.T = T;
+  fp.D = D;
+  fp.nD = nD;
+  fp.R = R.data();
+  fp.R_stride = nD;
+  fp.scale = scale;
+  fp.base = base.data();
+  fp.eps_rms = 1e-6f;
+  fp.eps_hc = 1e-6f;
+  fp.post_mult = 2.0f;
+  fp.norm_eps = 1e-6f;
+  fp.iters = 20;
+  fp.y = y.data();
+  fp.y_stride = D;
+  fp.post = post.data();
+  fp.C = C.data();
+  fp.pre_w = prew.data();
+  finish<DSK_MHC_MIX, false>(c, fp);
+  FinishParams fn_p = fp;
+  fn_p.norm_w = nw.data();
+  fn_p.y = yn.data();
+  fn_p.pre_w = nullptr;
+  finish<DSK_MHC_MIX, true>(c, fn_p);
+  /* post: out of place into Ro, or in place on a copy of R */
+  std::vector<uint16_t> Rw = R;
+  uint16_t *dst = c.in_place ? Rw.data() : Ro.data();
+  const unsigned gy = (unsigned)((D / 8 + kPostThreads - 1) / kPostThreads);
+  emu::launch((unsigned)T, gy, kPostThreads, fin_smem, 0, [&] {
+    mhc_post_kernel(out.data(), D, c.in_place ? Rw.data() : R.data(), nD, post.data(), C.data(), dst, nD, D);
+  });
+  if (c.in_place) Ro = Rw;
+  /* head: the 4-output projection and finish */
+  ProjParams hp = pp;
+  hp.fn = hfn.data();
+  hp.d = hpart.data();
+  hp.q = hpart.data() + S * T * 4;
+  project_cfg<4>(c, hp);
+  FinishParams hf;
+  memset(&hf, 0, sizeof hf);
+  hf.d = hp.d;
+  hf.q = hp.q;
+  hf.S = S;
+  hf.T = T;
+  hf.D = D;
+  hf.nD = nD;
+  hf.R = R.data();
+  hf.R_stride = nD;
+  hf.scale = hscale;
+  hf.base = hbase.data();
+  hf.eps_rms = 1e-6f;
+  hf.eps_hc = 1e-6f;
+  hf.y = h.data();
+  hf.y_stride = D;
+  finish<4, false>(c, hf);
+
+  /* the reference chain on the cpu-ref backend, S pinned */
+  std::vector<float> rpart((size_t)(S * T * 25)), rpost((size_t)(T * 4)), rC((size_t)(T * 16)), rprew((size_t)(T * 4));
+  std::vector<uint16_t> ry((size_t)(T * D)), ryn((size_t)(T * D)), rh((size_t)(T * D)), rRo((size_t)(T * nD));
+  std::vector<uint8_t> hws((size_t)(S * T * 20));
+  const dsk_mhc_precision prec = c.tf32 ? DSK_MHC_PRECISION_TF32 : DSK_MHC_PRECISION_FP32;
+  dsk_mhc_prenorm_desc pd;
+  dsk_mhc_prenorm_desc_init(&pd);
+  pd.T = T; pd.D = D; pd.nD = nD; pd.R = (const dsk_bf16 *)R.data(); pd.R_stride = nD; pd.fn = fn.data();
+  pd.fixed_splits = (int32_t)S; pd.precision = prec; pd.partials = rpart.data(); pd.partials_bytes = S * T * 100;
+  dsk_status st = dsk_mhc_prenorm(cpu, &pd);
+  dsk_mhc_pre_desc qd;
+  dsk_mhc_pre_desc_init(&qd);
+  qd.T = T; qd.D = D; qd.nD = nD; qd.fixed_splits = (int32_t)S; qd.partials = rpart.data();
+  qd.partials_bytes = S * T * 100; qd.R = (const dsk_bf16 *)R.data(); qd.R_stride = nD; qd.scale = scale;
+  qd.base = base.data(); qd.y = (dsk_bf16 *)ry.data(); qd.y_stride = D; qd.post = rpost.data(); qd.C = rC.data();
+  qd.pre_w = rprew.data();
+  if (st == DSK_STATUS_OK) st = dsk_mhc_pre(cpu, &qd);
+  qd.norm_w = nw.data();
+  qd.y = (dsk_bf16 *)ryn.data();
+  qd.pre_w = nullptr;
+  if (st == DSK_STATUS_OK) st = dsk_mhc_pre(cpu, &qd);
+  dsk_mhc_post_desc od;
+  dsk_mhc_post_desc_init(&od);
+  od.T = T; od.D = D; od.out = (const dsk_bf16 *)out.data(); od.out_stride = D; od.R = (const dsk_bf16 *)R.data();
+  od.R_stride = nD; od.post = rpost.data(); od.C = rC.data(); od.R_out = (dsk_bf16 *)rRo.data(); od.R_out_stride = nD;
+  if (st == DSK_STATUS_OK) st = dsk_mhc_post(cpu, &od);
+  dsk_mhc_head_desc hd;
+  dsk_mhc_head_desc_init(&hd);
+  hd.T = T; hd.D = D; hd.nD = nD; hd.R = (const dsk_bf16 *)R.data(); hd.R_stride = nD; hd.fn = hfn.data();
+  hd.scale = hscale; hd.base = hbase.data(); hd.fixed_splits = (int32_t)S; hd.precision = prec;
+  hd.h = (dsk_bf16 *)rh.data(); hd.h_stride = D; hd.workspace = hws.data(); hd.workspace_bytes = S * T * 20;
+  if (st == DSK_STATUS_OK) st = dsk_mhc_head(cpu, &hd);
+  EXPECT(st == DSK_STATUS_OK, "%s: cpu-ref: %s: %s", c.name, dsk_status_name(st), dsk_last_error());
+  if (st != DSK_STATUS_OK) return false;
+
+  /* spec §7 bounds, as tests/harness/check_mhc.c applies them */
+  const int64_t f0 = emu_test::fails();
+  double es = 0, ey = 0, eyn = 0, er = 0, eh = 0;
+  for (int64_t i = 0; i < T * 4; i++) {
+    upd(&es, fabs((double)post[(size_t)i] - rpost[(size_t)i]));
+    upd(&es, fabs((double)prew[(size_t)i] - rprew[(size_t)i]));
+  }
+  for (int64_t i = 0; i < T * 16; i++) upd(&es, fabs((double)C[(size_t)i] - rC[(size_t)i]));
+  for (int64_t t = 0; t < T; t++) {
+    double ss = 0;
+    for (int64_t k = 0; k < D; k++) ss += bf(ry[(size_t)(t * D + k)]) * bf(ry[(size_t)(t * D + k)]);
+    const double rs = 1.0 / sqrt(ss / (double)D + 1e-6);
+    for (int64_t k = 0; k < D; k++) {
+      double mag = 0;
+      for (int i = 0; i < 4; i++) mag += fabs(bf(R[(size_t)(t * nD + i * D + k)]));
+      const size_t e = (size_t)(t * D + k);
+      upd(&ey, fabs(bf(y[e]) - bf(ry[e])) / (ulp_bf16(bf(ry[e])) + tol_b * mag));
+      upd(&eh, fabs(bf(h[e]) - bf(rh[e])) / (ulp_bf16(bf(rh[e])) + tol_b * mag));
+      const double w = fabs((double)nw[(size_t)k]), got = bf(yn[e]), ref = bf(ryn[e]);
+      upd(&eyn, fabs(got - ref) / (0.5 * (ulp_bf16(ref) + ulp_bf16(got)) + w * rs * (ulp_bf16(bf(ry[e])) + tol_b * mag) +
+                                  1e-5 * fabs(ref)));
+      const double om = mag + fabs(bf(out[e]));
+      for (int j = 0; j < 4; j++) {
+        const size_t o = (size_t)(t * nD + j * D + k);
+        upd(&er, fabs(bf(Ro[o]) - bf(rRo[o])) / (ulp_bf16(bf(rRo[o])) + tol_b * om));
+      }
+    }
+  }
+  EXPECT(es <= tol_s, "%s: pre / post / C differ by %.3g (bound %.0e)", c.name, es, tol_s);
+  EXPECT(ey <= 1.0, "%s: y at %.3f of its bound", c.name, ey);
+  EXPECT(eyn <= 1.0, "%s: y with the fused norm at %.3f of its bound", c.name, eyn);
+  EXPECT(er <= 1.0, "%s: R' at %.3f of its bound", c.name, er);
+  EXPECT(eh <= 1.0, "%s: h at %.3f of its bound", c.name, eh);
+  printf("%-46s pre/post/C %.2e  y %.3f  y(norm) %.3f  R' %.3f  h %.3f: %s\n", c.name, es, ey, eyn, er, eh,
+         emu_test::fails() == f0 ? "ok" : "FAIL");
+  fflush(stdout);
+  return emu_test::fails() == f0;
+}
+
+}  // namespace
+
+int main() {
+  dsk_ctx *cpu = emu_test::cpu_ctx();
+  if (!cpu) return 1;
+  const Case cases[] = {
+      /* name, D, T, S, projection config, TF32, prefetch, post in place, special rows, wide logits */
+      {"T 1, S 4 (S_max), 1-warp CTAs, FP32", 256, 1, 4, 0, false, 2, false, false, false},
+      {"T 3, S 3 (704/704/640), 4 tokens per warp, TF32", 512, 3, 3, 1, true, 4, true, true, false},
+      {"T 7, S 8 (S_max), 8 tokens per warp, s2 4", 512, 7, 8, 2, false, 2, false, true, true},
+      {"T 20, S 2, 16-token CTAs (tile 2 partial)", 256, 20, 2, 3, false, 4, true, false, false},
+      {"T 40, S 1, 32-token CTAs (tile 2 partial), s2 4", 256, 40, 1, 4, false, 2, false, false, true},
+      {"T 5, S 3, 8 tokens per warp, TF32, D 1032", 1032, 5, 3, 2, true, 2, false, false, false},
+  };
+  int ok = 0, n = 0;
+  for (const Case &c : cases) {
+    ok += run_case(cpu, c, 0x6d686300u + (uint64_t)n) ? 1 : 0;
+    n++;
+  }
+  dsk_ctx_destroy(cpu);
+  printf("emu_mhc: %d of %d cases passed\n", ok, n);
+  return emu_test::fails() ? 1 : 0;
+}
