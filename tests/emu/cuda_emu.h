@@ -270,6 +270,15 @@ inline T __shfl_sync(unsigned, T v, int src) {
   emu::warp_barrier();
   return r;
 }
+inline int __any_sync(unsigned, int pred) {
+  emu::State &s = emu::st();
+  s.xch[s.cur][0] = pred != 0;
+  emu::warp_barrier();
+  int r = 0;
+  for (int l = 0; l < 32; l++) r |= (int)s.xch[emu::wbase() + l][0];
+  emu::warp_barrier();
+  return r;
+}
 inline int __all_sync(unsigned, int pred) {
   emu::State &s = emu::st();
   s.xch[s.cur][0] = pred != 0;
@@ -314,6 +323,8 @@ inline unsigned long long atomicAdd(unsigned long long *p, unsigned long long v)
   return o;
 }
 inline float __uint_as_float(uint32_t u) { return emu::bits_f32(u); }
+inline float __int_as_float(int32_t i) { return emu::bits_f32((uint32_t)i); }
+inline float __fdiv_rn(float a, float b) { return a / b; } /* IEEE fp32 division, round to nearest even */
 inline uint32_t __float_as_uint(float f) { return emu::f32_bits(f); }
 inline uint32_t __byte_perm(uint32_t x, uint32_t y, uint32_t s) {
   const uint64_t v = ((uint64_t)y << 32) | x;
