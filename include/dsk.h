@@ -899,10 +899,13 @@ DSK_API dsk_status dsk_moe_permute(dsk_ctx *ctx, const dsk_moe_permute_desc *des
  * (K / split) % 128 == 0, v[3..5] 0. All zero = tuned entry else the
  * heuristic (autotune.md §1). A given tactic that is invalid for the shape
  * is DSK_STATUS_INVALID_ARG (plan and run), never run. Split-K > 1 needs
- * the plan's workspace, split x rows x N x 4 bytes (fp32 partials; rows =
- * M_sum, or M for the dense GEMM); results do not depend on the split
- * beyond fp32 summation order. dsk_moe_run runs its routed GEMMs with
- * split 1 and caps the shared expert's (docs/moe.md). */
+ * the workspace the plan reports: split x rows x N x 4 bytes of fp32
+ * partials (rows = M_sum, or M for the dense GEMM) where the backend adds
+ * partials between CTAs, 0 where it splits K inside one CTA (the CUDA
+ * decode-shaped kernel, docs/moe.md); results do not depend on the split
+ * beyond fp32 summation order. dsk_moe_run keeps a split that needs no
+ * workspace, else runs its routed GEMMs with split 1 and caps the shared
+ * expert's (docs/moe.md). */
 #define DSK_MOE_GEMM_TACTIC_VERSION 1
 
 /* D[r] = A[r] . B[e]^T over the contiguous layout [5.1, 7.1], e =
