@@ -191,8 +191,6 @@ bool run_case(dsk_ctx *cpu, const Case &c, uint64_t seed) {
 }  // namespace
 
 int main() {
-  dsk_ctx *cpu = emu_test::cpu_ctx();
-  if (!cpu) return 1;
   const Case cases[] = {
       /* name, T, H, ratio, pbs, W, chunk, holes, pad row, bad req, truncate */
       {"TILE pbs 64, 64 heads, holes, padding row", 4, 64, 1, 64, 700, 256, 2, true, true, false},
@@ -201,12 +199,5 @@ int main() {
       {"runs pbs 12, 5 heads, holes, bad req", 4, 5, 1, 12, 350, 256, 4, true, true, true},
       {"runs pbs 1, 64 heads", 2, 64, 1, 1, 200, 128, 5, false, false, false},
   };
-  int ok = 0, n = 0;
-  for (const Case &c : cases) {
-    ok += run_case(cpu, c, 0x1dc0000u + (uint64_t)n) ? 1 : 0;
-    n++;
-  }
-  dsk_ctx_destroy(cpu);
-  printf("emu_indexer: %d of %d cases passed\n", ok, n);
-  return emu_test::fails() ? 1 : 0;
+  return emu_test::run_cases("emu_indexer", cases, 0x1dc0000u, run_case);
 }

@@ -178,8 +178,6 @@ bool run_case(dsk_ctx *cpu, const Case &c, uint64_t seed) {
 }  // namespace
 
 int main() {
-  dsk_ctx *cpu = emu_test::cpu_ctx();
-  if (!cpu) return 1;
   const Case cases[] = {
       /* name, format, scale rule, pbs, pages, stride gap, rows */
       {"A656 RAW, pbs 64, 3 pages", DSK_KV_FORMAT_A656, DSK_SCALE_RAW, 64, 3, 0, 60},
@@ -189,12 +187,5 @@ int main() {
       {"IDXK132 RAW, pbs 64", DSK_KV_FORMAT_IDXK132, DSK_SCALE_RAW, 64, 2, 0, 90},
       {"IDXK132 POW2, pbs 7, stride gap 32", DSK_KV_FORMAT_IDXK132, DSK_SCALE_POW2, 7, 8, 32, 50},
   };
-  int ok = 0, n = 0;
-  for (const Case &c : cases) {
-    ok += run_case(cpu, c, 0x6b760000u + (uint64_t)n) ? 1 : 0;
-    n++;
-  }
-  dsk_ctx_destroy(cpu);
-  printf("emu_kv: %d of %d cases passed\n", ok, n);
-  return emu_test::fails() ? 1 : 0;
+  return emu_test::run_cases("emu_kv", cases, 0x6b760000u, run_case);
 }

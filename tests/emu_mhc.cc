@@ -140,25 +140,30 @@ bool run_case(dsk_ctx *cpu, const Case &c, uint64_t seed) {
   pp.d = part.data();
   pp.q = part.data() + S * T * DSK_MHC_MIX;
   project_cfg<DSK_MHC_MIX>(c, pp);
-  FinishParams fp;
-  memset(&fp, 0, sizeof fp);
-  fp.d = pp.d;
-  fp.q = pp.q;
-  fp.S = S;
-  fp.T = T;
-  fp.D = D;
-  fp.nD = nD;
-  fp.R = R.data();
-  fp.R_stride = nD;
-  fp.scale = scale;
-  fp.base = base.data();
-  fp.eps_rms = 1e-6f;
-  fp.eps_hc = 1e-6f;
+  /* the finish kernel's arguments as dsk__cuda_mhc_pre / _head set them */
+  auto finish_args = [&](const ProjParams &pj, const float *sc, const float *bs, uint16_t *out_y) {
+    FinishParams f;
+    memset(&f, 0, sizeof f);
+    f.d = pj.d;
+    f.q = pj.q;
+    f.S = S;
+    f.T = T;
+    f.D = D;
+    f.nD = nD;
+    f.R = R.data();
+    f.R_stride = nD;
+    f.scale = sc;
+    f.base = bs;
+    f.eps_rms = 1e-6f;
+    f.eps_hc = 1e-6f;
+    f.y = out_y;
+    f.y_stride = D;
+    return f;
+  };
+  FinishParams fp = finish_args(pp, scale, base.data(), y.data());
   fp.post_mult = 2.0f;
   fp.norm_eps = 1e-6f;
   fp.iters = 20;
-  fp.y = y.data();
-  fp.y_stride = D;
   fp.post = post.data();
   fp.C = C.data();
   fp.pre_w = prew.data();
@@ -182,23 +187,7 @@ bool run_case(dsk_ctx *cpu, const Case &c, uint64_t seed) {
   hp.d = hpart.data();
   hp.q = hpart.data() + S * T * 4;
   project_cfg<4>(c, hp);
-  FinishParams hf;
-  memset(&hf, 0, sizeof hf);
-  hf.d = hp.d;
-  hf.q = hp.q;
-  hf.S = S;
-  hf.T = T;
-  hf.D = D;
-  hf.nD = nD;
-  hf.R = R.data();
-  hf.R_stride = nD;
-  hf.scale = hscale;
-  hf.base = hbase.data();
-  hf.eps_rms = 1e-6f;
-  hf.eps_hc = 1e-6f;
-  hf.y = h.data();
-  hf.y_stride = D;
-  finish<4, false>(c, hf);
+  finish<4, false>(c, finish_args(hp, hscale, hbase.data(), h.data()));
 
   /* the reference chain on the cpu-ref backend, S pinned */
   std::vector<float> rpart((size_t)(S * T * 25)), rpost((size_t)(T * 4)), rC((size_t)(T * 16)), rprew((size_t)(T * 4));
@@ -277,8 +266,6 @@ bool run_case(dsk_ctx *cpu, const Case &c, uint64_t seed) {
 }  // namespace
 
 int main() {
-  dsk_ctx *cpu = emu_test::cpu_ctx();
-  if (!cpu) return 1;
   const Case cases[] = {
       /* name, D, T, S, projection config, TF32, prefetch, post in place, special rows, wide logits */
       {"T 1, S 4 (S_max), 1-warp CTAs, FP32", 256, 1, 4, 0, false, 2, false, false, false},
@@ -288,12 +275,5 @@ int main() {
       {"T 40, S 1, 32-token CTAs (tile 2 partial), s2 4", 256, 40, 1, 4, false, 2, false, false, true},
       {"T 5, S 3, 8 tokens per warp, TF32, D 1032", 1032, 5, 3, 2, true, 2, false, false, false},
   };
-  int ok = 0, n = 0;
-  for (const Case &c : cases) {
-    ok += run_case(cpu, c, 0x6d686300u + (uint64_t)n) ? 1 : 0;
-    n++;
-  }
-  dsk_ctx_destroy(cpu);
-  printf("emu_mhc: %d of %d cases passed\n", ok, n);
-  return emu_test::fails() ? 1 : 0;
+  return emu_test::run_cases("emu_mhc", cases, 0x6d686300u, run_case);
 }

@@ -113,8 +113,6 @@ bool run_case(dsk_ctx *cpu, const Case &c, uint64_t seed) {
 }  // namespace
 
 int main() {
-  dsk_ctx *cpu = emu_test::cpu_ctx();
-  if (!cpu) return 1;
   const Case cases[] = {
       /* name, kind, T, page size, table rows, max blocks, K, width, window, ratio */
       {"TOPK, pbs 64, K 100", DSK_SLOTS_TOPK, 45, 64, 6, 9, 100, 0, 0, 0},
@@ -126,12 +124,5 @@ int main() {
       {"C128A, pbs 64, width 37", DSK_SLOTS_C128A, 30, 64, 4, 200, 0, 37, 0, 0},
       {"C128A, ratio 4, pbs 1, width 65", DSK_SLOTS_C128A, 30, 1, 4, 300, 0, 65, 0, 4},
   };
-  int ok = 0, n = 0;
-  for (const Case &c : cases) {
-    ok += run_case(cpu, c, 0x736c0000u + (uint64_t)n) ? 1 : 0;
-    n++;
-  }
-  dsk_ctx_destroy(cpu);
-  printf("emu_slots: %d of %d cases passed\n", ok, n);
-  return emu_test::fails() ? 1 : 0;
+  return emu_test::run_cases("emu_slots", cases, 0x736c0000u, run_case);
 }

@@ -248,18 +248,6 @@ inline float e4m3_to_f32(uint8_t v) {
 
 inline void __syncthreads() { emu::cta_barrier(); }
 template <typename T>
-inline T __shfl_xor_sync(unsigned, T v, int o) {
-  static_assert(sizeof(T) == 4, "32-bit shuffles only");
-  emu::State &s = emu::st();
-  const int me = s.cur;
-  memcpy(&s.xch[me][0], &v, 4);
-  emu::warp_barrier();
-  T r;
-  memcpy(&r, &s.xch[emu::wbase() | ((me & 31) ^ o)][0], 4);
-  emu::warp_barrier();
-  return r;
-}
-template <typename T>
 inline T __shfl_sync(unsigned, T v, int src) {
   static_assert(sizeof(T) == 4, "32-bit shuffles only");
   emu::State &s = emu::st();
@@ -270,23 +258,9 @@ inline T __shfl_sync(unsigned, T v, int src) {
   emu::warp_barrier();
   return r;
 }
-inline int __any_sync(unsigned, int pred) {
-  emu::State &s = emu::st();
-  s.xch[s.cur][0] = pred != 0;
-  emu::warp_barrier();
-  int r = 0;
-  for (int l = 0; l < 32; l++) r |= (int)s.xch[emu::wbase() + l][0];
-  emu::warp_barrier();
-  return r;
-}
-inline int __all_sync(unsigned, int pred) {
-  emu::State &s = emu::st();
-  s.xch[s.cur][0] = pred != 0;
-  emu::warp_barrier();
-  int r = 1;
-  for (int l = 0; l < 32; l++) r &= (int)s.xch[emu::wbase() + l][0];
-  emu::warp_barrier();
-  return r;
+template <typename T>
+inline T __shfl_xor_sync(unsigned m, T v, int o) {
+  return __shfl_sync(m, v, emu::lane() ^ o);
 }
 inline unsigned __ballot_sync(unsigned, int pred) {
   emu::State &s = emu::st();
@@ -297,6 +271,9 @@ inline unsigned __ballot_sync(unsigned, int pred) {
   emu::warp_barrier();
   return r;
 }
+/* CTAs are whole warps (emu::launch), so every lane votes */
+inline int __any_sync(unsigned m, int pred) { return __ballot_sync(m, pred) != 0u; }
+inline int __all_sync(unsigned m, int pred) { return __ballot_sync(m, pred) == 0xffffffffu; }
 inline void __syncwarp(unsigned = 0xffffffffu) { emu::warp_barrier(); }
 inline unsigned __reduce_add_sync(unsigned, unsigned v) {
   emu::State &s = emu::st();

@@ -44,6 +44,23 @@ inline dsk_ctx *cpu_ctx() {
   return cpu;
 }
 
+/* The main loop of an emulated-kernel test: run(cpu, case, seed) for every
+ * case (seeds seed0, seed0 + 1, ...) on a cpu-ref context, then a summary
+ * line; exit status 1 if any EXPECT failed (or no context). */
+template <typename Case, size_t N, typename Run>
+int run_cases(const char *test, const Case (&cases)[N], uint64_t seed0, Run run) {
+  dsk_ctx *cpu = cpu_ctx();
+  if (!cpu) return 1;
+  int ok = 0, n = 0;
+  for (const Case &c : cases) {
+    ok += run(cpu, c, seed0 + (uint64_t)n) ? 1 : 0;
+    n++;
+  }
+  dsk_ctx_destroy(cpu);
+  printf("%s: %d of %d cases passed\n", test, ok, n);
+  return fails() ? 1 : 0;
+}
+
 }  // namespace emu_test
 
 #define EXPECT(cond, ...)             \

@@ -188,6 +188,13 @@ __global__ void __launch_bounds__(32 * NW, (TPS_ == 1 ? 24 : 16) / NW) moe_gemm_
     __syncthreads();                  /* ... and every thread's, and the scales */
 
     float acc[4] = {0.f, 0.f, 0.f, 0.f};
+    /* acc += d x (weight row scale x group row scale): rows g / g + 8, group rows 2q / 2q + 1 */
+    auto fold = [&](const float (&d)[4], float sb0, float sb1, float2 sa) {
+      acc[0] = fmaf(d[0], sb0 * sa.x, acc[0]);
+      acc[1] = fmaf(d[1], sb0 * sa.y, acc[1]);
+      acc[2] = fmaf(d[2], sb1 * sa.x, acc[2]);
+      acc[3] = fmaf(d[3], sb1 * sa.y, acc[3]);
+    };
     for (int i = 0; i < nkt; i++) {
       __syncwarp(); /* every lane finished reading the slot the refill overwrites */
       if (i + ST - 1 < nkt) issue(i + ST - 1);
@@ -226,11 +233,7 @@ __global__ void __launch_bounds__(32 * NW, (TPS_ == 1 ? 24 : 16) / NW) moe_gemm_
           float d[4] = {0.f, 0.f, 0.f, 0.f};
           dsk_ptx::mma_f16(d, a0, b[0], b[1]);
           dsk_ptx::mma_f16(d, a1, b[2], b[3]);
-          const float sb0 = ue8m0_fast((sw0 >> (8 * s)) & 0xFFu), sb1 = ue8m0_fast((sw1 >> (8 * s)) & 0xFFu);
-          acc[0] = fmaf(d[0], sb0 * sa.x, acc[0]);
-          acc[1] = fmaf(d[1], sb0 * sa.y, acc[1]);
-          acc[2] = fmaf(d[2], sb1 * sa.x, acc[2]);
-          acc[3] = fmaf(d[3], sb1 * sa.y, acc[3]);
+          fold(d, ue8m0_fast((sw0 >> (8 * s)) & 0xFFu), ue8m0_fast((sw1 >> (8 * s)) & 0xFFu), sa);
         } else {
           dsk_ptx::mma_f16(dt, a0, b[0], b[1]);
           dsk_ptx::mma_f16(dt, a1, b[2], b[3]);
@@ -238,11 +241,7 @@ __global__ void __launch_bounds__(32 * NW, (TPS_ == 1 ? 24 : 16) / NW) moe_gemm_
       }
       if (!MX) {
         const int sh = 8 * (kt & 3);
-        const float sb0 = ue8m0_exact((sw0 >> sh) & 0xFFu), sb1 = ue8m0_exact((sw1 >> sh) & 0xFFu);
-        acc[0] = fmaf(dt[0], sb0 * sa.x, acc[0]);
-        acc[1] = fmaf(dt[1], sb0 * sa.y, acc[1]);
-        acc[2] = fmaf(dt[2], sb1 * sa.x, acc[2]);
-        acc[3] = fmaf(dt[3], sb1 * sa.y, acc[3]);
+        fold(dt, ue8m0_exact((sw0 >> sh) & 0xFFu), ue8m0_exact((sw1 >> sh) & 0xFFu), sa);
       }
       }
     }
