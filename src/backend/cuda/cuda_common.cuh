@@ -39,11 +39,13 @@ static inline unsigned dsk__ceil_div_u(int64_t a, int64_t b) { return (unsigned)
 
 
 /* A kernel launch with programmatic stream serialization (programmatic
- * dependent launch, sm_90 and sm_120): the kernel may start while the
- * previous one on the stream finishes; it must execute griddepcontrol.wait
- * before reading anything that kernel wrote. */
+ * dependent launch, sm_90 and sm_120) when pdl is true: the kernel may
+ * start while the previous one on the stream finishes; it must execute
+ * griddepcontrol.wait before it touches memory that kernel reads or writes.
+ * pdl false: a plain stream dependency (griddepcontrol.wait returns at
+ * once). */
 template <typename... KArgs, typename... Args>
-static inline cudaError_t dsk__launch_pdl(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem,
+static inline cudaError_t dsk__launch_dep(bool pdl, void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem,
                                           cudaStream_t st, Args... args) {
   cudaLaunchConfig_t cfg;
   memset(&cfg, 0, sizeof cfg);
@@ -53,10 +55,23 @@ static inline cudaError_t dsk__launch_pdl(void (*kernel)(KArgs...), dim3 grid, d
   cfg.stream = st;
   cudaLaunchAttribute attr[1];
   attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  attr[0].val.programmaticStreamSerializationAllowed = pdl ? 1 : 0;
   cfg.attrs = attr;
   cfg.numAttrs = 1;
   return cudaLaunchKernelEx(&cfg, kernel, args...);
+}
+
+/* The MoE kernels' launches (moe_launch, the GEMMs, the router) use PDL
+ * unless built with -DDSK_MOE_PDL=0 (an A/B switch). */
+#ifndef DSK_MOE_PDL
+#define DSK_MOE_PDL 1
+#endif
+
+/* dsk__launch_dep(true, ...) */
+template <typename... KArgs, typename... Args>
+static inline cudaError_t dsk__launch_pdl(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem,
+                                          cudaStream_t st, Args... args) {
+  return dsk__launch_dep(true, kernel, grid, block, smem, st, args...);
 }
 
 #endif

@@ -496,6 +496,7 @@ template <int BM, int BN, bool MX, bool F16>
 __global__ void __launch_bounds__(Cfg<BM, BN, MX, F16>::THREADS, Cfg<BM, BN, MX, F16>::MINB)
     moe_gemm_kernel(const GemmArgs p) {
 #ifdef __CUDA_ARCH__
+  dsk_ptx::pdl_wait(); /* before any global access (launched with PDL) */
   if constexpr (F16 == (DSK_MOE_F16 != 0)) {
     moe_gemm_body<BM, BN, MX, F16>(p);
   } else { /* never launched; the references keep the other path's helpers "used" */
@@ -570,6 +571,7 @@ __device__ __forceinline__ float e4m3_to_f32(uint32_t b) {
 __device__ __forceinline__ float e2m1_to_f32(uint32_t c) { return e4m3_to_f32(e2m1_lo_to_e4m3(c & 15u)) * 64.f; }
 
 __global__ void __launch_bounds__(128) moe_gemm_simple_kernel(const GemmArgs p, int mx) {
+  dsk_ptx::pdl_wait(); /* before any global access (launched with PDL) */
   const int64_t n = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
   const bool grouped = p.m_indices != nullptr;
   for (int64_t r = blockIdx.y; r < p.M; r += gridDim.y) {
@@ -628,8 +630,8 @@ dsk_status launch_tiled(const dsk_ctx *ctx, const GemmArgs &a, cudaStream_t s, c
   GemmArgs t = a;
   t.KT = a.KT / a.ksplit;
   const dim3 grid(dsk__ceil_div_u(a.N, BN), (unsigned)gy, (unsigned)(gz * a.ksplit));
-  moe_gemm_kernel<BM, BN, MX, F16><<<grid, C::THREADS, (size_t)C::SMEM, s>>>(t);
-  DSK_CUDA_LAUNCHED(what);
+  DSK_CUDA_TRY(what, dsk__launch_dep(DSK_MOE_PDL != 0, moe_gemm_kernel<BM, BN, MX, F16>, grid, dim3(C::THREADS),
+                                     (size_t)C::SMEM, s, t));
   if (a.ksplit > 1) {
     const dim3 rgrid(dsk__ceil_div_u(a.N / 4, kReduceThreads), (unsigned)(a.M < 65535 ? a.M : 65535));
     DSK_CUDA_TRY(what, dsk__launch_pdl(splitk_reduce_kernel, rgrid, dim3(kReduceThreads), 0, s, t));
@@ -647,8 +649,8 @@ dsk_status launch_skinny_ks(const GemmArgs &a, cudaStream_t s, const char *what)
                                           cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
   const int64_t gy = a.mblocks < 65535 ? a.mblocks : 65535, gz = (a.mblocks + 65534) / 65535;
   const dim3 grid(dsk__ceil_div_u(a.N, 16 * NW / KS), (unsigned)gy, (unsigned)gz);
-  moe_gemm_skinny_kernel<NW, ST, MX, KS, TPS><<<grid, S::THREADS, (size_t)smem, s>>>(a);
-  DSK_CUDA_LAUNCHED(what);
+  DSK_CUDA_TRY(what, dsk__launch_dep(DSK_MOE_PDL != 0, moe_gemm_skinny_kernel<NW, ST, MX, KS, TPS>, grid,
+                                     dim3(S::THREADS), (size_t)smem, s, a));
   return DSK_STATUS_OK;
 }
 
@@ -765,8 +767,7 @@ dsk_status launch_bn(const dsk_ctx *ctx, const GemmArgs &a, cudaStream_t s, int 
 dsk_status launch_simple(const GemmArgs &a, cudaStream_t s, int mx, const char *what) {
   const int64_t gy = a.M < 65535 ? a.M : 65535;
   const dim3 grid(dsk__ceil_div_u(a.N, 128), (unsigned)gy);
-  moe_gemm_simple_kernel<<<grid, 128, 0, s>>>(a, mx);
-  DSK_CUDA_LAUNCHED(what);
+  DSK_CUDA_TRY(what, dsk__launch_dep(DSK_MOE_PDL != 0, moe_gemm_simple_kernel, grid, dim3(128), 0, s, a, mx));
   return DSK_STATUS_OK;
 }
 

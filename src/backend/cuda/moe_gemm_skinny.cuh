@@ -74,6 +74,7 @@ struct Sk {
  * (sm_90, sm_120a). */
 template <int NW, int ST, bool MX, int KS, int TPS_>
 __global__ void __launch_bounds__(32 * NW, (TPS_ == 1 ? 24 : 16) / NW) moe_gemm_skinny_kernel(const GemmArgs p) {
+  dsk_ptx::pdl_wait(); /* before any global access (launched with PDL) */
   using S = Sk<NW, ST, MX, TPS_>;
   constexpr int RG = NW / KS; /* row groups of 16 columns */
   constexpr int PITCH = S::PITCH;

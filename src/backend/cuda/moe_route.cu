@@ -160,6 +160,7 @@ __global__ void __launch_bounds__(kLgThreads) route_logits_kernel(RouteParams p)
   constexpr int kU = TT == 1 ? 4 : TT == 2 ? 2 : 1;
   static_assert((1 << LG) == NV && LG <= 5, "NV: 2, 4, 8, 16 or 32");
   __shared__ double red[kLgWarps][NV];
+  moe_dep_wait(); /* before any global access (launched with PDL) */
   /* the selection kernel may launch now: it waits (griddepcontrol.wait) for
    * this whole grid before reading the logits */
   asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
@@ -246,11 +247,10 @@ __global__ void __launch_bounds__(kLgThreads) route_logits_kernel(RouteParams p)
 }
 
 template <int TT>
-static void launch_logits(bool vec, dim3 grid, cudaStream_t st, const RouteParams &p) {
+static cudaError_t launch_logits(bool vec, dim3 grid, cudaStream_t st, const RouteParams &p) {
   if (vec)
-    route_logits_kernel<TT, true><<<grid, kLgThreads, 0, st>>>(p);
-  else
-    route_logits_kernel<TT, false><<<grid, kLgThreads, 0, st>>>(p);
+    return moe_launch(route_logits_kernel<TT, true>, grid, dim3(kLgThreads), 0, st, p);
+  return moe_launch(route_logits_kernel<TT, false>, grid, dim3(kLgThreads), 0, st, p);
 }
 
 /* One block per TB tokens. Shared memory: z fp64 [TB, E], then (logits
@@ -445,11 +445,8 @@ static cudaError_t launch_route(bool vec, bool pdl, size_t smem, unsigned grid, 
                                 const RouteParams &p) {
   if (pdl) /* after route_logits_kernel: selection only */
     return dsk__launch_pdl(route_kernel<TB, false>, dim3(grid), dim3(RouteCfg<TB>::threads), smem, st, p);
-  if (vec)
-    route_kernel<TB, true><<<grid, RouteCfg<TB>::threads, smem, st>>>(p);
-  else
-    route_kernel<TB, false><<<grid, RouteCfg<TB>::threads, smem, st>>>(p);
-  return cudaSuccess;
+  if (vec) return moe_launch(route_kernel<TB, true>, dim3(grid), dim3(RouteCfg<TB>::threads), smem, st, p);
+  return moe_launch(route_kernel<TB, false>, dim3(grid), dim3(RouteCfg<TB>::threads), smem, st, p);
 }
 
 } /* namespace */
@@ -505,13 +502,14 @@ extern "C" dsk_status dsk__cuda_moe_route(dsk_ctx *ctx, const dsk_moe_route_desc
     const int eb = route_lg_eb(tt);
     const dim3 grid((unsigned)((p.E + eb - 1) / eb), (unsigned)(tiles < kLgMaxY ? tiles : kLgMaxY));
     const bool lvec = p.H % 8 == 0 && p.x_stride % 8 == 0 && aligned16(d->gate_w) && aligned16(d->x);
+    cudaError_t e;
     switch (tt) {
-      case 1: launch_logits<1>(lvec, grid, st, p); break;
-      case 2: launch_logits<2>(lvec, grid, st, p); break;
-      case 4: launch_logits<4>(lvec, grid, st, p); break;
-      default: launch_logits<8>(lvec, grid, st, p); break;
+      case 1: e = launch_logits<1>(lvec, grid, st, p); break;
+      case 2: e = launch_logits<2>(lvec, grid, st, p); break;
+      case 4: e = launch_logits<4>(lvec, grid, st, p); break;
+      default: e = launch_logits<8>(lvec, grid, st, p); break;
     }
-    DSK_CUDA_LAUNCHED("moe_route (logits)");
+    DSK_CUDA_TRY("moe_route (logits)", e);
   }
   const bool vec = !staged && p.H % 8 == 0 && aligned16(d->gate_w);
   const unsigned nb = (unsigned)blocks;
