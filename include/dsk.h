@@ -131,6 +131,13 @@ DSK_API dsk_status dsk_mem_upload(dsk_ctx *ctx, void *dst_dev, const void *src_h
 DSK_API dsk_status dsk_mem_download(dsk_ctx *ctx, void *dst_host, const void *src_dev, size_t bytes);
 DSK_API dsk_status dsk_mem_set(dsk_ctx *ctx, void *dst_dev, int byte, size_t bytes);
 DSK_API dsk_status dsk_ctx_synchronize(dsk_ctx *ctx, void *stream);
+/* A new stream of the context's device that does not synchronize with the
+ * legacy default stream (CUDA: cudaStreamNonBlocking), for callers without
+ * a CUDA runtime of their own (the CLI, tests; e.g. dsk_moe_desc's
+ * aux_stream). CPU contexts: *stream = NULL (their ops run on the calling
+ * thread). Destroy it with dsk_stream_destroy (NULL: no-op). */
+DSK_API dsk_status dsk_stream_create(dsk_ctx *ctx, void **stream);
+DSK_API dsk_status dsk_stream_destroy(dsk_ctx *ctx, void *stream);
 
 /* ----------------------------------------------------------------- backends */
 typedef enum dsk_op {
@@ -869,7 +876,15 @@ DSK_API dsk_status dsk_moe_route(dsk_ctx *ctx, const dsk_moe_route_desc *desc);
  * ids == -1 and ids of other ranks (EP) give inv_perm -1 silently; ids < -1
  * or >= E give inv_perm -1 and counters[0] += 1; assignments whose row would
  * be >= M_sum give inv_perm -1 and counters[1] += 1 (M_sum too small for
- * the data: use dsk_moe_aligned_m's worst case). */
+ * the data: use dsk_moe_aligned_m's worst case).
+ * flags DSK_MOE_PERMUTE_NO_PAD_FILL: the padding rows of A and their scale
+ * bytes are left as they are (m_indices is still -1 there). Every dsk GEMM
+ * is row-independent and the gather never reads padding rows [5.5], so the
+ * forward gives up only the bit-exact padding; it saves writing
+ * (M_sum - real rows) x (K + K/128) bytes (dsk_moe_run sets it). A caller
+ * built before `flags` existed (struct_size = offsetof(flags)) is served
+ * with flags 0. */
+#define DSK_MOE_PERMUTE_NO_PAD_FILL 1u
 typedef struct dsk_moe_permute_desc {
   size_t struct_size;
   void *stream;
@@ -889,6 +904,7 @@ typedef struct dsk_moe_permute_desc {
   int32_t *inv_perm; int64_t inv_perm_stride; /* out [T, topk] */
   void *workspace; int64_t workspace_bytes; /* dsk_moe_permute_plan */
   int64_t *counters;                        /* optional, 2 entries */
+  uint32_t flags;                           /* DSK_MOE_PERMUTE_*, 0 = padding written 0 */
 } dsk_moe_permute_desc;
 DSK_API dsk_status dsk_moe_permute_plan(dsk_ctx *ctx, const dsk_moe_permute_desc *desc, dsk_plan_info *info);
 DSK_API dsk_status dsk_moe_permute(dsk_ctx *ctx, const dsk_moe_permute_desc *desc);
@@ -965,7 +981,12 @@ DSK_API dsk_status dsk_dense_fp8_gemm(dsk_ctx *ctx, const dsk_dense_gemm_desc *d
  * limit); h = silu(g) * u; then the 1x128 quantizer (as
  * dsk_fp8_quantize_1x128) writes q [rows, I] and the scales. With m_indices
  * given, rows whose index is < 0 are written as zeros with scale bytes 0
- * (padding, as dsk_moe_permute writes it). */
+ * (padding, as dsk_moe_permute writes it), or, with flags
+ * DSK_SWIGLU_SKIP_PADDING (m_indices required), left as they are, their
+ * packed scale words included (dsk_moe_run sets it: the FC2 GEMM is
+ * row-independent). A caller built before `flags` existed (struct_size =
+ * offsetof(flags)) is served with flags 0. */
+#define DSK_SWIGLU_SKIP_PADDING 1u
 typedef struct dsk_swiglu_quant_desc {
   size_t struct_size;
   void *stream;
@@ -978,6 +999,7 @@ typedef struct dsk_swiglu_quant_desc {
   uint8_t *sf; int64_t sf_stride; /* optional raw bytes [rows, I/128] */
   int32_t *sf_packed;             /* optional packed (G 1, MN rows, sf_k I/128); one of the two */
   int64_t *counters;              /* optional: [0] += non-finite h elements (quantized to 0x7F) */
+  uint32_t flags;                 /* DSK_SWIGLU_*, 0 = padding rows written 0 */
 } dsk_swiglu_quant_desc;
 DSK_API dsk_status dsk_swiglu_quant(dsk_ctx *ctx, const dsk_swiglu_quant_desc *desc);
 
@@ -1117,6 +1139,17 @@ typedef struct dsk_moe_desc {
   dsk_tactic fc1_tactic, fc2_tactic; /* moe.gemm tactics; all zero = tuned / heuristic */
   void *workspace; int64_t workspace_bytes;
   int64_t *counters;              /* optional, DSK_MOE_NUM_COUNTERS entries */
+  /* Optional second stream of the same device (CUDA; ignored by the CPU
+   * backends and when there is no shared expert): the shared expert runs
+   * there, beside the routed path, and `stream` waits for it before the
+   * gather. At return all work of the call is ordered before anything
+   * enqueued later on `stream` (the call forks and joins aux_stream: its
+   * later work also follows this call's shared expert). The caller must
+   * not use aux_stream concurrently for work that touches this call's
+   * workspace. NULL = everything on `stream`. Results are identical either
+   * way. A caller built before this field (struct_size =
+   * offsetof(aux_stream)) is served without it. */
+  void *aux_stream;
 } dsk_moe_desc;
 
 /* Zero the descriptor, set struct_size and the model's constants (H, E,

@@ -157,9 +157,9 @@ static void test_moe(dsk_ctx *ctx) {
   int rc = dsk_bench_moe(ctx, &o, f);
   TU_CHECK(&counts, rc == 0, "dsk_bench_moe quick returned %d: %s", rc, dsk_last_error());
   csv_stats s = scan(f, "model,H,I,E,topk,T,op,");
-  /* 3 models x T {1, 16} x 9 ops */
+  /* 3 models x T {1, 16} x 10 ops */
   TU_CHECK(&counts, s.header == 1 && s.comments >= 2, "moe: header %d, comments %d", s.header, s.comments);
-  TU_CHECK(&counts, s.rows == 54, "moe: %d rows, expected 54", s.rows);
+  TU_CHECK(&counts, s.rows == 60, "moe: %d rows, expected 60", s.rows);
   TU_CHECK(&counts, s.bad_cols == 0, "moe: %d rows with the wrong column count", s.bad_cols);
   printf("bench moe quick: %d rows in %.1f s; first: %s", s.rows, (tu_now_us() - t0) * 1e-6, s.first_row);
   fclose(f);

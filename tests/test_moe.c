@@ -28,6 +28,7 @@
  *     descriptors -> INVALID_ARG naming the field.
  */
 #include <math.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -718,6 +719,41 @@ static void test_permute_gather(void) {
              (long long)cnt[0], (long long)cnt[1], (long long)bad, (long long)dropped);
     TU_CHECK(&C, dropped == 0 || c == 3, "permute case %zu dropped rows", c);
     if (c == 3) TU_CHECK(&C, dropped > 0, "case 3 should drop rows");
+    /* DSK_MOE_PERMUTE_NO_PAD_FILL: the real rows, m_indices and inv_perm as
+     * above, padding rows keep the poison; a caller built before `flags`
+     * (struct_size = offsetof(flags)) gets flags 0; unknown bits rejected */
+    for (int v = 0; v < 2; v++) {
+      memset(A_, 0xCD, (size_t)(Msum * H));
+      memset(As, 0xCD, (size_t)(Msum * 2));
+      memset(mind, 0xCD, sizeof(int32_t) * (size_t)Msum);
+      memset(inv, 0xCD, sizeof(int32_t) * (size_t)(T * K));
+      d.flags = DSK_MOE_PERMUTE_NO_PAD_FILL;
+      d.struct_size = v ? offsetof(dsk_moe_permute_desc, flags) : sizeof d;
+      cnt[0] = cnt[1] = 0;
+      TU_CHECK_OK(&C, dsk_moe_permute(g_ctx, &d));
+      const int keep = v == 0; /* the old size cannot carry the flag: padding written 0 */
+      int64_t wrong2 = 0;
+      for (int64_t rr = 0; rr < Msum; rr++) {
+        wrong2 += mind[rr] != L.mind[rr];
+        int64_t src = -1;
+        for (int64_t i = 0; i < T * K; i++)
+          if (L.inv[i] == rr) src = i / K;
+        const uint8_t pa = keep ? 0xCD : 0;
+        for (int64_t h = 0; h < H; h++) wrong2 += A_[rr * H + h] != (src >= 0 ? xq[src * H + h] : pa);
+        for (int64_t g = 0; g < 2; g++) wrong2 += As[rr * 2 + g] != (src >= 0 ? xs[src * 2 + g] : pa);
+      }
+      for (int64_t i = 0; i < T * K; i++) wrong2 += inv[i] != L.inv[i];
+      TU_CHECK(&C, wrong2 == 0, "permute case %zu flags NO_PAD_FILL, struct_size %s: %lld wrong values", c,
+               v ? "offsetof(flags)" : "sizeof", (long long)wrong2);
+      TU_CHECK(&C, cnt[0] == bad && cnt[1] == dropped, "permute case %zu NO_PAD_FILL: counters %lld %lld", c,
+               (long long)cnt[0], (long long)cnt[1]);
+    }
+    d.struct_size = offsetof(dsk_moe_permute_desc, flags) - 1;
+    CHECK_BAD(dsk_moe_permute(g_ctx, &d), "struct_size");
+    d.struct_size = sizeof d;
+    d.flags = 6;
+    CHECK_BAD(dsk_moe_permute(g_ctx, &d), "flags");
+    d.flags = 0;
 
     /* gather: D2 random (padding rows NaN: never read), shared, weights */
     const int64_t N = 200;
@@ -817,6 +853,47 @@ static void test_swiglu(void) {
     TU_CHECK(&C, wrong == 0, "swiglu limit %g: %lld wrong rows", (double)limit, (long long)wrong);
     TU_CHECK(&C, cnt == 1, "swiglu: non-finite h counted %lld, want 1", (long long)cnt);
     if (lim) TU_CHECK(&C, clamped > 50, "swiglu: the clamp is not exercised (%lld)", (long long)clamped);
+    /* DSK_SWIGLU_SKIP_PADDING: live rows and their packed words as above,
+     * padding rows (q, raw scales, packed bytes) keep the poison */
+    {
+      uint8_t q2[9 * 256], sf2[9 * 2];
+      int32_t *pk2 = xmalloc(sizeof(int32_t) * (size_t)W);
+      memset(q2, 0xCD, sizeof q2);
+      memset(sf2, 0xCD, sizeof sf2);
+      memset(pk2, 0xCD, sizeof(int32_t) * (size_t)W);
+      dsk_swiglu_quant_desc d2 = d;
+      d2.q = q2; d2.sf = sf2; d2.sf_packed = pk2; d2.flags = DSK_SWIGLU_SKIP_PADDING;
+      int64_t cnt2 = 0;
+      d2.counters = &cnt2;
+      TU_CHECK_OK(&C, dsk_swiglu_quant(g_ctx, &d2));
+      int64_t w2 = 0;
+      for (int64_t rr = 0; rr < R; rr++) {
+        const int live = mind[rr] >= 0;
+        for (int64_t i = 0; i < I; i++) w2 += q2[rr * I + i] != (live ? q[rr * I + i] : 0xCD);
+        for (int g = 0; g < 2; g++) {
+          w2 += sf2[rr * 2 + g] != (live ? sf[rr * 2 + g] : 0xCD);
+        }
+      }
+      /* packed bytes: word p of row r lies at [p * round_up(R, 4) + r], byte g % 4 */
+      const int64_t T4 = (R + 3) / 4 * 4;
+      for (int64_t rr = 0; rr < T4; rr++) {
+        const uint8_t *a = (const uint8_t *)(pk + rr), *b = (const uint8_t *)(pk2 + rr);
+        const int pad = rr < R && mind[rr] < 0;
+        for (int j = 0; j < 4; j++) w2 += b[j] != (pad ? 0xCD : a[j]);
+      }
+      TU_CHECK(&C, w2 == 0, "swiglu limit %g SKIP_PADDING: %lld wrong bytes", (double)limit, (long long)w2);
+      TU_CHECK(&C, cnt2 == 1, "swiglu SKIP_PADDING: non-finite h counted %lld, want 1", (long long)cnt2);
+      d2.m_indices = NULL;
+      CHECK_BAD(dsk_swiglu_quant(g_ctx, &d2), "m_indices");
+      d2.m_indices = mind;
+      d2.flags = 2;
+      CHECK_BAD(dsk_swiglu_quant(g_ctx, &d2), "flags");
+      d2.flags = DSK_SWIGLU_SKIP_PADDING;
+      d2.struct_size = offsetof(dsk_swiglu_quant_desc, flags); /* old callers: flags 0, padding written 0 */
+      TU_CHECK_OK(&C, dsk_swiglu_quant(g_ctx, &d2));
+      TU_CHECK(&C, memcmp(q2, q, sizeof q) == 0, "swiglu: struct_size offsetof(flags) did not act as flags 0");
+      free(pk2);
+    }
     free(pk);
     free(pm);
   }

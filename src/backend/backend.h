@@ -114,6 +114,14 @@ typedef struct dsk_backend {
    * read; else 0. No side effects. The tuner times nothing while it is 1
    * (spec/autotune.md A10). */
   int (*stream_capturing)(dsk_ctx *ctx, void *stream);
+  /* Optional (NULL = one stream only): work enqueued later on `waiter`
+   * runs after all work enqueued so far on `signaler` (an event record and
+   * wait; capture-safe). dsk_moe_run's aux_stream uses it. */
+  dsk_status (*stream_join)(dsk_ctx *ctx, void *waiter, void *signaler);
+  /* Optional (NULL: dsk_stream_create gives NULL): a non-blocking stream of
+   * the context's device, and its destruction. */
+  dsk_status (*stream_create)(dsk_ctx *ctx, void **stream);
+  dsk_status (*stream_destroy)(dsk_ctx *ctx, void *stream);
 } dsk_backend;
 
 /* Registry (registry.c). */

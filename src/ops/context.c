@@ -174,6 +174,19 @@ dsk_status dsk_ctx_synchronize(dsk_ctx *ctx, void *stream) {
   return ctx->backend->synchronize(ctx, stream);
 }
 
+dsk_status dsk_stream_create(dsk_ctx *ctx, void **stream) {
+  CHECK_CTX("dsk_stream_create");
+  if (!stream) return dsk__fail(DSK_STATUS_INVALID_ARG, "dsk_stream_create: stream is NULL");
+  *stream = NULL;
+  return ctx->backend->stream_create ? ctx->backend->stream_create(ctx, stream) : DSK_STATUS_OK;
+}
+
+dsk_status dsk_stream_destroy(dsk_ctx *ctx, void *stream) {
+  CHECK_CTX("dsk_stream_destroy");
+  if (!stream || !ctx->backend->stream_destroy) return DSK_STATUS_OK;
+  return ctx->backend->stream_destroy(ctx, stream);
+}
+
 dsk_status dsk_op_supported(dsk_ctx *ctx, dsk_op op, const void *desc, int *supported, char *reason,
                             size_t reason_len) {
   char local[8];

@@ -281,11 +281,34 @@ dsk_status dsk_moe_route(dsk_ctx *ctx, const dsk_moe_route_desc *d) {
   return ctx->backend->moe_route(ctx, &c);
 }
 
+/* A descriptor that grew a trailing field: a caller built before it
+ * (struct_size >= old_size) is served from a full-size copy whose missing
+ * fields are zero. */
+dsk_status dsk__moe_grown_copy(const char *op, const void *d, size_t got, size_t old_size, size_t full, void *c,
+                               const char *type) {
+  if (got < old_size)
+    return dsk__fail(DSK_STATUS_INVALID_ARG, "%s: struct_size %zu < sizeof(%s) %zu (set it with sizeof)", op, got,
+                     type, full);
+  memset(c, 0, full);
+  memcpy(c, d, got < full ? got : full);
+  *(size_t *)c = full; /* struct_size is every descriptor's first field */
+  return DSK_STATUS_OK;
+}
+
 /* ============================================================ permute */
+#define PERM_OLD_SIZE offsetof(dsk_moe_permute_desc, flags)
+static dsk_status perm_copy(const dsk_ctx *ctx, const dsk_moe_permute_desc *d, dsk_moe_permute_desc *c) {
+  TRY(check_ctx_desc(ctx, d, OP_PERM));
+  return dsk__moe_grown_copy(OP_PERM, d, d->struct_size, PERM_OLD_SIZE, sizeof *c, c, "dsk_moe_permute_desc");
+}
+
 static dsk_status perm_validate(const dsk_ctx *ctx, const dsk_moe_permute_desc *d, int run) {
   const char *op = OP_PERM;
   TRY(check_ctx_desc(ctx, d, op));
   TRY(check_struct(op, d->struct_size, sizeof *d, "dsk_moe_permute_desc"));
+  if (d->flags & ~DSK_MOE_PERMUTE_NO_PAD_FILL)
+    return dsk__fail(DSK_STATUS_INVALID_ARG, "%s: flags 0x%x has unknown bits (known: DSK_MOE_PERMUTE_NO_PAD_FILL)", op,
+                     (unsigned)d->flags);
   TRY(check_count(op, "T", d->T));
   if (d->T == 0) return DSK_STATUS_OK;
   TRY(check_size(op, "topk", d->topk, 1, DSK_MOE_MAX_TOPK, 1, NULL));
@@ -312,15 +335,19 @@ static dsk_status perm_validate(const dsk_ctx *ctx, const dsk_moe_permute_desc *
   return DSK_STATUS_OK;
 }
 
-dsk_status dsk_moe_permute_plan(dsk_ctx *ctx, const dsk_moe_permute_desc *d, dsk_plan_info *info) {
+dsk_status dsk_moe_permute_plan(dsk_ctx *ctx, const dsk_moe_permute_desc *desc, dsk_plan_info *info) {
   TRY(check_plan_info(OP_PERM, info));
+  dsk_moe_permute_desc c, *d = &c;
+  TRY(perm_copy(ctx, desc, &c));
   TRY(perm_validate(ctx, d, 0));
   fill_plan(ctx, info, d->T ? dsk__ref_moe_permute_workspace(ctx, d) : 0, NULL, DSK_TACTIC_HEURISTIC);
   if (!ctx->backend->moe_permute) return not_served(ctx, OP_PERM);
   return DSK_STATUS_OK;
 }
 
-dsk_status dsk_moe_permute(dsk_ctx *ctx, const dsk_moe_permute_desc *d) {
+dsk_status dsk_moe_permute(dsk_ctx *ctx, const dsk_moe_permute_desc *desc) {
+  dsk_moe_permute_desc c, *d = &c;
+  TRY(perm_copy(ctx, desc, &c));
   TRY(perm_validate(ctx, d, 1));
   if (d->T == 0) return DSK_STATUS_OK;
   if (!ctx->backend->moe_permute) return not_served(ctx, OP_PERM);
@@ -332,6 +359,12 @@ static dsk_status swiglu_validate(const dsk_ctx *ctx, const dsk_swiglu_quant_des
   const char *op = OP_SWIGLU;
   TRY(check_ctx_desc(ctx, d, op));
   TRY(check_struct(op, d->struct_size, sizeof *d, "dsk_swiglu_quant_desc"));
+  if (d->flags & ~DSK_SWIGLU_SKIP_PADDING)
+    return dsk__fail(DSK_STATUS_INVALID_ARG, "%s: flags 0x%x has unknown bits (known: DSK_SWIGLU_SKIP_PADDING)", op,
+                     (unsigned)d->flags);
+  if ((d->flags & DSK_SWIGLU_SKIP_PADDING) && !d->m_indices)
+    return dsk__fail(DSK_STATUS_INVALID_ARG, "%s: DSK_SWIGLU_SKIP_PADDING needs m_indices (it marks the padding rows)",
+                     op);
   TRY(check_count(op, "rows", d->rows));
   if (d->rows == 0) return DSK_STATUS_OK;
   TRY(check_size(op, "I", d->I, 128, DSK_MOE_MAX_K, 128, "(1x128 groups)"));
@@ -346,7 +379,11 @@ static dsk_status swiglu_validate(const dsk_ctx *ctx, const dsk_swiglu_quant_des
   return DSK_STATUS_OK;
 }
 
-dsk_status dsk_swiglu_quant(dsk_ctx *ctx, const dsk_swiglu_quant_desc *d) {
+#define SWIGLU_OLD_SIZE offsetof(dsk_swiglu_quant_desc, flags)
+dsk_status dsk_swiglu_quant(dsk_ctx *ctx, const dsk_swiglu_quant_desc *desc) {
+  dsk_swiglu_quant_desc c, *d = &c;
+  TRY(check_ctx_desc(ctx, desc, OP_SWIGLU));
+  TRY(dsk__moe_grown_copy(OP_SWIGLU, desc, desc->struct_size, SWIGLU_OLD_SIZE, sizeof c, &c, "dsk_swiglu_quant_desc"));
   TRY(swiglu_validate(ctx, d));
   if (d->rows == 0) return DSK_STATUS_OK;
   if (!ctx->backend->swiglu_quant) return not_served(ctx, OP_SWIGLU);
@@ -402,15 +439,28 @@ dsk_status dsk__moe_validate(const dsk_ctx *ctx, int op, const void *desc) {
       dsk_status st = route_copy(ctx, (const dsk_moe_route_desc *)desc, &rc);
       return st != DSK_STATUS_OK ? st : route_validate(ctx, &rc, 1);
     }
-    case DSK_OP_MOE_PERMUTE: return perm_validate(ctx, (const dsk_moe_permute_desc *)desc, 1);
+    case DSK_OP_MOE_PERMUTE: {
+      dsk_moe_permute_desc pc;
+      TRY(perm_copy(ctx, (const dsk_moe_permute_desc *)desc, &pc));
+      return perm_validate(ctx, &pc, 1);
+    }
     case DSK_OP_MOE_GEMM:
       return dsk__moe_gemm_validate(ctx, (const dsk_moe_gemm_desc *)desc, 1, DSK__TUNE_FOLLOW, &t, NULL);
-    case DSK_OP_MOE_SWIGLU_QUANT: return swiglu_validate(ctx, (const dsk_swiglu_quant_desc *)desc);
+    case DSK_OP_MOE_SWIGLU_QUANT: {
+      const dsk_swiglu_quant_desc *sd = (const dsk_swiglu_quant_desc *)desc;
+      dsk_swiglu_quant_desc sc;
+      TRY(check_ctx_desc(ctx, sd, OP_SWIGLU));
+      TRY(dsk__moe_grown_copy(OP_SWIGLU, sd, sd->struct_size, SWIGLU_OLD_SIZE, sizeof sc, &sc, "dsk_swiglu_quant_desc"));
+      return swiglu_validate(ctx, &sc);
+    }
     case DSK_OP_MOE_GATHER: return gather_validate(ctx, (const dsk_moe_gather_desc *)desc);
     case DSK_OP_MOE_DENSE_GEMM:
       return dsk__moe_dense_validate(ctx, (const dsk_dense_gemm_desc *)desc, 1, DSK__TUNE_FOLLOW, &t, NULL);
-    case DSK_OP_MOE_FORWARD:
-      return dsk__moe_fwd_validate(ctx, (const dsk_moe_desc *)desc, 1, DSK__TUNE_FOLLOW, &ws, &t, &t2, ts, NULL);
+    case DSK_OP_MOE_FORWARD: {
+      dsk_moe_desc fc;
+      TRY(dsk__moe_desc_copy(ctx, (const dsk_moe_desc *)desc, &fc));
+      return dsk__moe_fwd_validate(ctx, &fc, 1, DSK__TUNE_FOLLOW, &ws, &t, &t2, ts, NULL);
+    }
     default: return dsk__fail(DSK_STATUS_INVALID_ARG, "moe: unknown op %d", op);
   }
 }

@@ -4,9 +4,13 @@
  * (dsk__moe_ws_layout), the validation of dsk_moe_desc with its four GEMM
  * tactics, the slots the composition needs, and the run: route, quantize x,
  * permute, pack SFA, FC1, SwiGLU + quant, FC2, the shared expert, gather.
+ * The forward's permute and SwiGLU skip the padding rows (their flags; the
+ * GEMMs are row-independent, spec §5.5), and with aux_stream the shared
+ * expert runs on that stream between two stream joins.
  */
 #include <inttypes.h>
 #include <math.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
@@ -267,8 +271,16 @@ static dsk_status fwd_not_served(const dsk_ctx *ctx, const dsk_moe_desc *d) {
                    dsk__moe_fwd_missing_slot(b, d));
 }
 
-dsk_status dsk_moe_plan(dsk_ctx *ctx, const dsk_moe_desc *d, dsk_plan_info *info) {
+dsk_status dsk__moe_desc_copy(const dsk_ctx *ctx, const dsk_moe_desc *d, dsk_moe_desc *c) {
+  TRY(check_ctx_desc(ctx, d, OP_FWD));
+  return dsk__moe_grown_copy(OP_FWD, d, d->struct_size, offsetof(dsk_moe_desc, aux_stream), sizeof *c, c,
+                             "dsk_moe_desc");
+}
+
+dsk_status dsk_moe_plan(dsk_ctx *ctx, const dsk_moe_desc *desc, dsk_plan_info *info) {
   TRY(check_plan_info(OP_FWD, info));
+  dsk_moe_desc dc, *d = &dc;
+  TRY(dsk__moe_desc_copy(ctx, desc, &dc));
   dsk__moe_ws ws;
   dsk_tactic t1, t2, ts[2];
   int src = DSK_TACTIC_HEURISTIC;
@@ -282,9 +294,51 @@ dsk_status dsk_moe_plan(dsk_ctx *ctx, const dsk_moe_desc *d, dsk_plan_info *info
 
 static int64_t *cnt(const dsk_moe_desc *d, int i) { return d->counters ? d->counters + i : NULL; }
 
-dsk_status dsk_moe_run(dsk_ctx *ctx, const dsk_moe_desc *d) {
+/* The shared expert [6.2 step 7]: FP8 dense FC1 on the quantized x of step
+ * 2, SwiGLU (shared_limit) + quantize, FC2 into the Sout region; all on
+ * `stream` (the call's stream, or its aux_stream). */
+static dsk_status run_shared(dsk_ctx *ctx, const dsk_moe_desc *d, const dsk__moe_ws *wsp, const dsk_tactic ts[2],
+                             void *stream) {
+  const dsk__moe_ws ws = *wsp;
+  uint8_t *base = (uint8_t *)d->workspace;
+  const int64_t T = d->T, H = d->H, Is = d->shared.I;
+  uint8_t *xq = base + ws.xq;
+  dsk_bf16 *S1 = (dsk_bf16 *)(base + ws.S1);
+  uint8_t *S2 = base + ws.S2;
+  int32_t *ssf2 = (int32_t *)(base + ws.ssf2);
+  dsk_bf16 *sout = (dsk_bf16 *)(base + ws.Sout);
+  dsk_dense_gemm_desc e;
+  memset(&e, 0, sizeof e);
+  e.struct_size = sizeof e;
+  e.stream = stream;
+  e.M = T; e.N = 2 * Is; e.K = H; e.A = xq; e.A_stride = H;
+  e.sfa.words = (int32_t *)(base + ws.sfx); e.sfa.groups = 1; e.sfa.mn = T; e.sfa.sf_k = H / 128;
+  e.B = (const uint8_t *)d->shared.w13;
+  e.sfb.words = d->shared.sf13; e.sfb.groups = 1; e.sfb.mn = 2 * Is; e.sfb.sf_k = H / 128;
+  e.D = S1; e.D_stride = 2 * Is; e.tactic = ts[0];
+  e.workspace = base + ws.gws; e.workspace_bytes = ws.gws_bytes;
+  TRY(dsk_dense_fp8_gemm(ctx, &e));
+  dsk_swiglu_quant_desc s;
+  memset(&s, 0, sizeof s);
+  s.struct_size = sizeof s;
+  s.stream = stream;
+  s.rows = T; s.I = Is; s.D1 = S1; s.D1_stride = 2 * Is; s.limit = d->shared_limit;
+  s.q = S2; s.q_stride = Is; s.sf_packed = ssf2;
+  s.counters = d->counters ? d->counters + DSK_MOE_CNT_H_NONFINITE : NULL;
+  TRY(dsk_swiglu_quant(ctx, &s));
+  e.N = H; e.K = Is; e.A = S2; e.A_stride = Is;
+  e.sfa.words = ssf2; e.sfa.sf_k = Is / 128;
+  e.B = (const uint8_t *)d->shared.w2;
+  e.sfb.words = d->shared.sf2; e.sfb.mn = H; e.sfb.sf_k = Is / 128;
+  e.D = sout; e.D_stride = H; e.tactic = ts[1];
+  return dsk_dense_fp8_gemm(ctx, &e);
+}
+
+dsk_status dsk_moe_run(dsk_ctx *ctx, const dsk_moe_desc *desc) {
   dsk__moe_ws ws;
   dsk_tactic t1, t2, ts[2];
+  dsk_moe_desc dc, *d = &dc;
+  TRY(dsk__moe_desc_copy(ctx, desc, &dc));
   TRY(dsk__moe_fwd_validate(ctx, d, 1, DSK__TUNE_RUN, &ws, &t1, &t2, ts, NULL));
   if (d->T == 0) return DSK_STATUS_OK;
   if (dsk__moe_fwd_missing_slot(ctx->backend, d)) return fwd_not_served(ctx, d);
@@ -299,6 +353,9 @@ dsk_status dsk_moe_run(dsk_ctx *ctx, const dsk_moe_desc *d) {
   dsk_bf16 *Dbuf = (dsk_bf16 *)(base + ws.D);
   const int has_shared = d->shared.w13 != NULL;
   const int mx = d->routed.fmt == DSK_MOE_W_MXFP4;
+  /* the shared expert on aux_stream, beside steps 3-7 (after step 2, whose
+   * quantized x it reads); joined before the gather */
+  const int aux = has_shared && d->aux_stream && d->aux_stream != d->stream && ctx->backend->stream_join;
 
   /* 1. route */
   const int32_t *use_ids = d->ids_in;
@@ -332,6 +389,10 @@ dsk_status dsk_moe_run(dsk_ctx *ctx, const dsk_moe_desc *d) {
     q.counters = cnt(d, DSK_MOE_CNT_X_NONFINITE);
     TRY(dsk_fp8_quantize_1x128(ctx, &q));
   }
+  if (aux) {
+    TRY(ctx->backend->stream_join(ctx, d->aux_stream, d->stream));
+    TRY(run_shared(ctx, d, &ws, ts, d->aux_stream));
+  }
   /* 3. permute into the contiguous layout (worst-case M_sum for T) */
   {
     dsk_moe_permute_desc p;
@@ -345,6 +406,7 @@ dsk_status dsk_moe_run(dsk_ctx *ctx, const dsk_moe_desc *d) {
     p.inv_perm = inv; p.inv_perm_stride = K;
     p.workspace = base + ws.perm; p.workspace_bytes = ws.perm_bytes;
     p.counters = cnt(d, DSK_MOE_CNT_BAD_EXPERT);
+    p.flags = DSK_MOE_PERMUTE_NO_PAD_FILL; /* the GEMMs are row-independent, the gather skips padding [5.5] */
     TRY(dsk_moe_permute(ctx, &p));
   }
   /* 4. pack SFA (G 1, MN M_sum, sf_k H/128) */
@@ -378,6 +440,7 @@ dsk_status dsk_moe_run(dsk_ctx *ctx, const dsk_moe_desc *d) {
     s.rows = Ms; s.I = I; s.D1 = Dbuf; s.D1_stride = 2 * I; s.m_indices = mind; s.limit = d->swiglu_limit;
     s.q = A; s.q_stride = I; s.sf_packed = sfa2;
     s.counters = cnt(d, DSK_MOE_CNT_H_NONFINITE);
+    s.flags = DSK_SWIGLU_SKIP_PADDING; /* FC2 is row-independent: its padding rows are never read */
     TRY(dsk_swiglu_quant(ctx, &s));
   }
   /* 7. FC2 -> D2 [M_sum, H] (reuses D1); the bad-index blocks were counted by FC1 */
@@ -386,40 +449,10 @@ dsk_status dsk_moe_run(dsk_ctx *ctx, const dsk_moe_desc *d) {
   g.B = d->routed.w2; g.sfb.words = d->routed.sf2; g.sfb.mn = H; g.sfb.sf_k = mx ? I / 32 : I / 128;
   g.D = Dbuf; g.D_stride = H; g.tactic = t2; g.counters = NULL;
   TRY(dsk_moe_gemm(ctx, &g));
-  /* 8. shared expert: FP8 dense on the same quantized x */
-  dsk_bf16 *sout = NULL;
-  if (has_shared) {
-    const int64_t Is = d->shared.I;
-    dsk_bf16 *S1 = (dsk_bf16 *)(base + ws.S1);
-    uint8_t *S2 = base + ws.S2;
-    int32_t *ssf2 = (int32_t *)(base + ws.ssf2);
-    sout = (dsk_bf16 *)(base + ws.Sout);
-    dsk_dense_gemm_desc e;
-    memset(&e, 0, sizeof e);
-    e.struct_size = sizeof e;
-    e.stream = d->stream;
-    e.M = T; e.N = 2 * Is; e.K = H; e.A = xq; e.A_stride = H;
-    e.sfa.words = (int32_t *)(base + ws.sfx); e.sfa.groups = 1; e.sfa.mn = T; e.sfa.sf_k = H / 128;
-    e.B = (const uint8_t *)d->shared.w13;
-    e.sfb.words = d->shared.sf13; e.sfb.groups = 1; e.sfb.mn = 2 * Is; e.sfb.sf_k = H / 128;
-    e.D = S1; e.D_stride = 2 * Is; e.tactic = ts[0];
-    e.workspace = base + ws.gws; e.workspace_bytes = ws.gws_bytes;
-    TRY(dsk_dense_fp8_gemm(ctx, &e));
-    dsk_swiglu_quant_desc s;
-    memset(&s, 0, sizeof s);
-    s.struct_size = sizeof s;
-    s.stream = d->stream;
-    s.rows = T; s.I = Is; s.D1 = S1; s.D1_stride = 2 * Is; s.limit = d->shared_limit;
-    s.q = S2; s.q_stride = Is; s.sf_packed = ssf2;
-    s.counters = cnt(d, DSK_MOE_CNT_H_NONFINITE);
-    TRY(dsk_swiglu_quant(ctx, &s));
-    e.N = H; e.K = Is; e.A = S2; e.A_stride = Is;
-    e.sfa.words = ssf2; e.sfa.sf_k = Is / 128;
-    e.B = (const uint8_t *)d->shared.w2;
-    e.sfb.words = d->shared.sf2; e.sfb.mn = H; e.sfb.sf_k = Is / 128;
-    e.D = sout; e.D_stride = H; e.tactic = ts[1];
-    TRY(dsk_dense_fp8_gemm(ctx, &e));
-  }
+  /* 8. shared expert (here unless it runs on aux_stream) */
+  if (has_shared && !aux) TRY(run_shared(ctx, d, &ws, ts, d->stream));
+  dsk_bf16 *sout = has_shared ? (dsk_bf16 *)(base + ws.Sout) : NULL;
+  if (aux) TRY(ctx->backend->stream_join(ctx, d->stream, d->aux_stream)); /* the gather reads sout */
   /* 9. weighted gather + shared */
   {
     dsk_moe_gather_desc o;

@@ -196,6 +196,15 @@ dsk_status dsk__moe_gemm_tactic(const dsk_ctx *ctx, const dsk_tactic *g, int wfm
                                 const char *field, dsk_tactic *out, int *source);
 dsk_status dsk__moe_dense_resolve(const dsk_ctx *ctx, const dsk_dense_gemm_desc *d, int mode, dsk_tactic *t, int *src);
 
+/* moe.c: a descriptor that grew trailing fields, from a caller built
+ * before them (struct_size >= old_size): a full-size copy in c with the
+ * missing fields zero (struct_size set to full); smaller sizes are
+ * INVALID_ARG naming type. */
+dsk_status dsk__moe_grown_copy(const char *op, const void *d, size_t got, size_t old_size, size_t full, void *c,
+                               const char *type);
+/* moe_forward.c: dsk_moe_desc grew aux_stream (struct_size =
+ * offsetof(aux_stream) is served without it). */
+dsk_status dsk__moe_desc_copy(const dsk_ctx *ctx, const dsk_moe_desc *d, dsk_moe_desc *c);
 /* moe_forward.c: the validator of dsk_moe_run / dsk_moe_plan, and the first
  * slot dsk_moe_run needs that backend b lacks (NULL: served). */
 /* workspace of a GEMM under tactic t (grouped: rows = M_sum; dense: rows =

@@ -13,10 +13,14 @@
  * to uniform. L2 flushed before every sample unless warm.
  *
  * Rows per (model, T): `layer` = dsk_moe_run (route, quantize, permute,
- * FC1, SwiGLU, FC2, shared expert, gather), then each op alone on buffers
+ * FC1, SwiGLU, FC2, shared expert, gather), `layer+aux` the same with the
+ * shared expert on a second stream (dsk_moe_desc.aux_stream, a
+ * dsk_stream_create stream; on a CPU context the same as layer), then each
+ * op alone on buffers
  * of its own (a chain run once beforehand, so every input is valid):
  * route (with the workspace of dsk_moe_route_plan), quant (x 1x128),
- * permute (+ SFA packing), fc1, swiglu, fc2, shared (dense FC1 + SwiGLU +
+ * permute (+ SFA packing; no padding fill, as dsk_moe_run), fc1, swiglu
+ * (live rows only, as dsk_moe_run), fc2, shared (dense FC1 + SwiGLU +
  * FC2), gather.
  *
  * Bytes (the gbps column): weight bytes read for layer, route, fc1, fc2 and
@@ -53,8 +57,20 @@ static const int k_T[] = {1, 16, 128, 4096};
 static const int k_T_quick[] = {1, 16};
 #define MOE_DISTINCT 4 /* distinct generated experts per model (full shapes) */
 
-enum { OPM_LAYER, OPM_ROUTE, OPM_QUANT, OPM_PERMUTE, OPM_FC1, OPM_SWIGLU, OPM_FC2, OPM_SHARED, OPM_GATHER, OPM_COUNT };
-static const char *const k_op_names[OPM_COUNT] = {"layer", "route", "quant", "permute", "fc1",
+enum {
+  OPM_LAYER,
+  OPM_LAYER_AUX,
+  OPM_ROUTE,
+  OPM_QUANT,
+  OPM_PERMUTE,
+  OPM_FC1,
+  OPM_SWIGLU,
+  OPM_FC2,
+  OPM_SHARED,
+  OPM_GATHER,
+  OPM_COUNT
+};
+static const char *const k_op_names[OPM_COUNT] = {"layer", "layer+aux", "route", "quant", "permute", "fc1",
                                                   "swiglu", "fc2", "shared", "gather"};
 
 /* ------------------------------------------------------------ helpers */
@@ -189,6 +205,8 @@ static dsk_status prepare(dsk_ctx *hctx, tu_rng *r, const uint8_t *tab, int mx, 
 typedef struct moe_dev {
   bm_mem m;
   dsk_moe_desc layer;   /* T set per case */
+  dsk_moe_desc layer_aux; /* the same with the shared expert on aux (a dsk_stream_create stream) */
+  void *aux;
   void *x, *y, *gate, *bias;
   int32_t *ids;
   float *wts;
@@ -203,7 +221,7 @@ typedef struct moe_dev {
 
 typedef struct moe_run {
   int op;
-  const dsk_moe_desc *layer;
+  const dsk_moe_desc *layer, *layer_aux;
   dsk_moe_route_desc route;
   dsk_fp8_quantize_desc quant;
   dsk_moe_permute_desc perm;
@@ -219,6 +237,7 @@ static dsk_status run_once(dsk_ctx *ctx, void *user) {
   dsk_status st = DSK_STATUS_OK;
   switch (r->op) {
     case OPM_LAYER: return dsk_moe_run(ctx, r->layer);
+    case OPM_LAYER_AUX: return dsk_moe_run(ctx, r->layer_aux);
     case OPM_ROUTE: return dsk_moe_route(ctx, &r->route);
     case OPM_QUANT: return dsk_fp8_quantize_1x128(ctx, &r->quant);
     case OPM_PERMUTE:
@@ -258,6 +277,9 @@ static void case_descs(const moe_model *m, moe_dev *v, int64_t T, moe_run *r) {
   memset(r, 0, sizeof *r);
   r->layer = &v->layer;
   v->layer.T = T;
+  v->layer_aux = v->layer;
+  v->layer_aux.aux_stream = v->aux;
+  r->layer_aux = &v->layer_aux;
 
   dsk_moe_route_desc *ro = &r->route;
   ro->struct_size = sizeof *ro;
@@ -278,6 +300,7 @@ static void case_descs(const moe_model *m, moe_dev *v, int64_t T, moe_run *r) {
   p->ids = v->ids; p->ids_stride = K; p->xq = v->xq; p->xq_stride = H; p->xsf = v->xsf; p->xsf_stride = H / 128;
   p->A = v->A; p->A_stride = H; p->Asf = v->Asf; p->Asf_stride = H / 128; p->m_indices = v->mind;
   p->inv_perm = v->inv; p->inv_perm_stride = K; p->workspace = v->perm_ws; p->workspace_bytes = v->perm_ws_bytes;
+  p->flags = DSK_MOE_PERMUTE_NO_PAD_FILL; /* as dsk_moe_run */
 
   dsk_sf_pack_desc *s = &r->sfa_pack;
   s->struct_size = sizeof *s;
@@ -302,6 +325,7 @@ static void case_descs(const moe_model *m, moe_dev *v, int64_t T, moe_run *r) {
   w->struct_size = sizeof *w;
   w->rows = Ms; w->I = I; w->D1 = v->D1; w->D1_stride = 2 * I; w->m_indices = v->mind;
   w->limit = v->layer.swiglu_limit; w->q = v->A2; w->q_stride = I; w->sf_packed = v->sfa2;
+  w->flags = DSK_SWIGLU_SKIP_PADDING; /* as dsk_moe_run */
 
   dsk_dense_gemm_desc *e = &r->sfc1;
   e->struct_size = sizeof *e;
@@ -409,6 +433,8 @@ static dsk_status dev_make(dsk_ctx *ctx, const moe_model *m, int quick, int64_t 
     d->workspace = bm_alloc(&v->m, (size_t)pi.workspace_bytes, &st);
     d->workspace_bytes = pi.workspace_bytes;
   }
+  v->aux = NULL;
+  if (st == DSK_STATUS_OK) st = dsk_stream_create(ctx, &v->aux);
 
   /* the op chain's own buffers */
   int64_t Ms, Au;
@@ -500,7 +526,8 @@ int dsk_bench_moe(dsk_ctx *ctx, const dsk_bench_moe_opts *o, FILE *out) {
     for (int i = 0; i < OPM_COUNT; i++)
       if (strcmp(o->op, k_op_names[i]) == 0) op_only = i;
     if (op_only < 0) {
-      fprintf(stderr, "bench: unknown moe op '%s' (layer, route, quant, permute, fc1, swiglu, fc2, shared, gather)\n",
+      fprintf(stderr, "bench: unknown moe op '%s' (layer, layer+aux, route, quant, permute, fc1, swiglu, fc2, shared, "
+              "gather)\n",
               o->op);
       return 1;
     }
@@ -583,14 +610,15 @@ int dsk_bench_moe(dsk_ctx *ctx, const dsk_bench_moe_opts *o, FILE *out) {
         const double Ms = (double)r.perm.M_sum;
         double flop = 0, bytes = 0;
         switch (op) {
-          case OPM_LAYER: flop = f1 + f2 + fs + fr; bytes = b1 + b2 + shared_b + gate_b; break;
+          case OPM_LAYER:
+          case OPM_LAYER_AUX: flop = f1 + f2 + fs + fr; bytes = b1 + b2 + shared_b + gate_b; break;
           case OPM_ROUTE: flop = fr; bytes = gate_b; break;
           case OPM_QUANT: bytes = Td * Hd * 2 + Td * Hd + Td * Hd / 128; break;
-          case OPM_PERMUTE: /* ids + real rows read; every row of A, its scales and m_indices written; SFA packed */
-            bytes = Td * Kd * (Hd + Hd / 128 + 4) + Ms * (Hd + Hd / 128 + 4) + 2 * Ms * Hd / 128;
+          case OPM_PERMUTE: /* ids + real rows read and written (no padding fill); m_indices; SFA packed */
+            bytes = Td * Kd * (2 * (Hd + Hd / 128) + 4) + Ms * 4 + 2 * Ms * Hd / 128;
             break;
           case OPM_FC1: flop = f1; bytes = b1; break;
-          case OPM_SWIGLU: bytes = Ms * 2 * Id * 2 + Ms * Id + Ms * Id / 128; break;
+          case OPM_SWIGLU: bytes = Td * Kd * (2 * Id * 2 + Id + Id / 128) + Ms * 4; break; /* live rows only */
           case OPM_FC2: flop = f2; bytes = b2; break;
           case OPM_SHARED: flop = fs; bytes = shared_b; break;
           default: bytes = Td * Kd * Hd * 2 + Td * Hd * 4; break;
@@ -599,9 +627,9 @@ int dsk_bench_moe(dsk_ctx *ctx, const dsk_bench_moe_opts *o, FILE *out) {
         const double tflops = us > 0 ? flop / (us * 1e6) : 0.0, gbps = us > 0 ? bytes / (us * 1e3) : 0.0;
         const double pct = copy_gbps > 0 ? 100.0 * gbps / copy_gbps : 0.0;
         char goal[24] = "";
-        if (op == OPM_LAYER && mi == 0 && !o->quick && T <= 16)
+        if ((op == OPM_LAYER || op == OPM_LAYER_AUX) && mi == 0 && !o->quick && T <= 16)
           snprintf(goal, sizeof goal, ">=70%%:%s", pct >= 70.0 ? "yes" : "no");
-        if (op == OPM_LAYER && mi == 0 && !o->quick && T == 4096)
+        if ((op == OPM_LAYER || op == OPM_LAYER_AUX) && mi == 0 && !o->quick && T == 4096)
           snprintf(goal, sizeof goal, ">=200TF:%s", tflops >= 200.0 ? "yes" : "no");
         fprintf(out, "%s,%lld,%lld,%lld,%lld,%lld,%s,%lld,%lld,%lld,%.2f,%.2f,%.1f,%.1f,%.0f,%s\n", m->name, (long long)H,
                 (long long)I, (long long)E, (long long)K, (long long)T, k_op_names[op], (long long)r.perm.M_sum,
@@ -610,6 +638,7 @@ int dsk_bench_moe(dsk_ctx *ctx, const dsk_bench_moe_opts *o, FILE *out) {
       }
     }
     free(hids);
+    dsk_stream_destroy(ctx, v.aux);
     bm_free(&v.m);
   }
   return rc;

@@ -471,6 +471,7 @@ typedef struct pm_case {
 typedef struct pm_run {
   const pm_case *k;
   int64_t M, ws;
+  uint32_t flags; /* DSK_MOE_PERMUTE_NO_PAD_FILL: padding keeps its 0xAB poison on both backends */
 } pm_run;
 static dsk_status op_permute(dsk_ctx *cx, void *const *dev, const void *user) {
   const pm_run *u = (const pm_run *)user;
@@ -485,6 +486,7 @@ static dsk_status op_permute(dsk_ctx *cx, void *const *dev, const void *user) {
   d.A = dev[3]; d.A_stride = k->H + k->pad; d.Asf = dev[4]; d.Asf_stride = k->H / 128;
   d.m_indices = dev[5]; d.inv_perm = dev[6]; d.inv_perm_stride = k->K;
   d.workspace = dev[7]; d.workspace_bytes = u->ws; d.counters = dev[8];
+  d.flags = u->flags;
   return dsk_moe_permute(cx, &d);
 }
 
@@ -529,7 +531,8 @@ static int check_permute(dsk_ctx *ctx, dsk_ctx *ref, const dsk_check_opts *o, tu
     /* the graph-safe worst case of spec 5.3 with the case's A_used (or the given, too small M_sum) */
     const int64_t Au = k->A, active = T * K < k->EL ? T * K : k->EL;
     const int64_t M = k->M_sum ? k->M_sum : (T * K + active * (Au - 1) + Au - 1) / Au * Au;
-    pm_run u = {k, M, 2 * k->EL * 8};
+    for (int fl = 0; fl < 2; fl++) {
+    pm_run u = {k, M, 2 * k->EL * 8, fl ? DSK_MOE_PERMUTE_NO_PAD_FILL : 0u};
     mc_pair p;
     memset(&p, 0, sizeof p);
     pair_add(&p, ids, sizeof(int32_t) * (size_t)(T * K), 0);
@@ -542,7 +545,7 @@ static int check_permute(dsk_ctx *ctx, dsk_ctx *ref, const dsk_check_opts *o, tu
     pair_add(&p, NULL, (size_t)u.ws, 0xCD); /* workspace contents never matter */
     pair_add(&p, NULL, 16, 0);
     char what[64];
-    snprintf(what, sizeof what, "permute %s", k->name);
+    snprintf(what, sizeof what, "permute %s%s", k->name, fl ? " no-pad-fill" : "");
     dsk_status st = pair_run(ctx, ref, &p, op_permute, &u);
     if (pair_ok(st, what, c, log)) {
       static const char *const names[] = {"", "", "", "A", "Asf", "m_indices", "inv_perm", "", "counters"};
@@ -565,11 +568,22 @@ static int check_permute(dsk_ctx *ctx, dsk_ctx *ref, const dsk_check_opts *o, tu
               (long long)real, same ? "bit-exact" : "DIFFERENT", (long long)cn[0], (long long)cn[1]);
       if (k->mode == 3 && k->pad == 0) TU_CHECK(c, cn[0] > 0, "moe %s: no bad id counted", what);
       if (k->M_sum) TU_CHECK(c, cn[1] > 0, "moe %s: no dropped row counted", what);
+      if (fl) { /* padding rows untouched: their first A byte is still the poison */
+        int64_t touched = 0, pads = 0;
+        for (int64_t i = 0; i < M; i++)
+          if (((const int32_t *)p.got[0][5])[i] < 0) {
+            pads++;
+            touched += ((const uint8_t *)p.got[0][3])[i * xs] != 0xAB || ((const uint8_t *)p.got[0][4])[i * sfk] != 0xAB;
+          }
+        TU_CHECK(c, touched == 0, "moe %s: %lld of %lld padding rows written", what, (long long)touched, (long long)pads);
+        rc |= touched != 0;
+      }
       rc |= !same;
     } else if (st != DSK_STATUS_UNSUPPORTED) {
       rc = 1;
     }
     pair_free(&p);
+    }
     free(ids); free(xq); free(xsf);
   }
   return rc;
@@ -580,6 +594,7 @@ typedef struct sw_case {
   int64_t rows, I, ds;
   float limit, sigma;
   int mind, raw, packed;
+  uint32_t flags; /* set per run: DSK_SWIGLU_SKIP_PADDING with m_indices */
 } sw_case;
 /* buffers: 0 D1, 1 m_indices, 2 q, 3 sf, 4 packed, 5 counters */
 static dsk_status op_swiglu(dsk_ctx *cx, void *const *dev, const void *user) {
@@ -591,22 +606,27 @@ static dsk_status op_swiglu(dsk_ctx *cx, void *const *dev, const void *user) {
   d.limit = k->limit; d.q = dev[2]; d.q_stride = k->I + 1;
   d.sf = k->raw ? dev[3] : NULL; d.sf_stride = k->I / 128;
   d.sf_packed = k->packed ? dev[4] : NULL; d.counters = dev[5];
+  d.flags = k->flags;
   return dsk_swiglu_quant(cx, &d);
 }
 
 static int check_swiglu(dsk_ctx *ctx, dsk_ctx *ref, const dsk_check_opts *o, tu_counts *c, FILE *log) {
   static const sw_case cs[] = {
-      {200, 256, 512, 10.0f, 6.0f, 1, 1, 1},
-      {37, 384, 800, 0.0f, 3.0f, 0, 1, 1},
-      {64, 128, 256, 10.0f, 30.0f, 1, 0, 1},
-      {1, 256, 512, 10.0f, 1.0f, 0, 1, 0},
+      {200, 256, 512, 10.0f, 6.0f, 1, 1, 1, 0},
+      {37, 384, 800, 0.0f, 3.0f, 0, 1, 1, 0},
+      {64, 128, 256, 10.0f, 30.0f, 1, 0, 1, 0},
+      {1, 256, 512, 10.0f, 1.0f, 0, 1, 0, 0},
   };
-  static const sw_case full[] = {{16384, 2048, 4096, 10.0f, 4.0f, 1, 0, 1}, {4096, 3072, 6144, 0.0f, 2.0f, 0, 1, 1}};
+  static const sw_case full[] = {{16384, 2048, 4096, 10.0f, 4.0f, 1, 0, 1, 0}, {4096, 3072, 6144, 0.0f, 2.0f, 0, 1, 1, 0}};
   tu_rng r = tu_rng_make(o->seed ^ 0x5161u);
   int rc = 0;
   const int nq = (int)(sizeof cs / sizeof cs[0]), nf = o->quick ? 0 : (int)(sizeof full / sizeof full[0]);
-  for (int ci = 0; ci < nq + nf; ci++) {
-    const sw_case *k = ci < nq ? &cs[ci] : &full[ci - nq];
+  for (int cf = 0; cf < 2 * (nq + nf); cf++) {
+    const int ci = cf / 2, skip = cf & 1;
+    sw_case kk = ci < nq ? cs[ci] : full[ci - nq];
+    if (skip && !kk.mind) continue;
+    kk.flags = skip ? DSK_SWIGLU_SKIP_PADDING : 0u;
+    const sw_case *k = &kk;
     const int64_t R = k->rows, I = k->I, ng = I / 128;
     dsk_bf16 *D1 = mc_host(sizeof(dsk_bf16) * (size_t)(R * k->ds));
     tu_fill_bf16_normal(&r, D1, (size_t)(R * k->ds), k->sigma);
@@ -625,7 +645,8 @@ static int check_swiglu(dsk_ctx *ctx, dsk_ctx *ref, const dsk_check_opts *o, tu_
     pair_add(&p, NULL, (size_t)dsk_sf_packed_words(1, R, ng) * 4, 0xAB);
     pair_add(&p, NULL, 16, 0);
     char what[64];
-    snprintf(what, sizeof what, "swiglu_quant %lldx%lld limit %g", (long long)R, (long long)I, (double)k->limit);
+    snprintf(what, sizeof what, "swiglu_quant %lldx%lld limit %g%s", (long long)R, (long long)I, (double)k->limit,
+             skip ? " skip-pad" : "");
     dsk_status st = pair_run(ctx, ref, &p, op_swiglu, k);
     if (pair_ok(st, what, c, log)) {
       const uint8_t *q0 = p.got[0][2], *q1 = p.got[1][2];
@@ -641,6 +662,14 @@ static int check_swiglu(dsk_ctx *ctx, dsk_ctx *ref, const dsk_check_opts *o, tu_
       const int ok = sfd == 0 && far == 0 && qd <= allowed && cd == 0;
       TU_CHECK(c, ok, "moe %s: %lld codes differ (%lld more than one step; allowed %lld one-step), scales %s, counters %s",
                what, (long long)qd, (long long)far, (long long)allowed, sfd ? "DIFFER" : "equal", cd ? "differ" : "equal");
+      if (skip) { /* padding rows keep the poison (q and raw scales) */
+        int64_t touched = 0;
+        for (int64_t i = 0; i < R; i++)
+          if (mind[i] < 0)
+            touched += q0[i * (I + 1)] != 0xAB || (k->raw && ((const uint8_t *)p.got[0][3])[i * ng] != 0xAB);
+        TU_CHECK(c, touched == 0, "moe %s: %lld padding rows written", what, (long long)touched);
+        rc |= touched != 0;
+      }
       fprintf(log, "moe %-38s m_indices %s: %s, counter %lld\n", what, k->mind ? "yes" : "no ",
               qd == 0 && !sfd && !cd ? "bit-exact" : ok ? "one-step codes (device exp)" : "DIFFERENT",
               (long long)((const int64_t *)p.got[0][5])[0]);

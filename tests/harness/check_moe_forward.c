@@ -161,6 +161,8 @@ typedef struct mc_layer_in {
   const void *const *prep;
   const int64_t *prep_bytes;
   int reps;
+  int64_t *aux_diff; /* optional: with a shared expert on a context that makes streams, the layer runs again
+                      * with aux_stream; the count of y values that differ from the first run (-1: not run) */
 } mc_layer_in;
 static dsk_status run_layer(dsk_ctx *cx, const mc_case *cs, const mc_layer_in *in, dsk_bf16 *y, int32_t *ids,
                             float *wts, int64_t *cnt, double *median_us) {
@@ -222,6 +224,26 @@ static dsk_status run_layer(dsk_ctx *cx, const mc_case *cs, const mc_layer_in *i
     free(us);
   }
   if (st == DSK_STATUS_OK) st = mc_down(cx, y, dy, sizeof(dsk_bf16) * (size_t)(T * H));
+  if (in->aux_diff) *in->aux_diff = -1;
+  void *aux = NULL;
+  if (st == DSK_STATUS_OK && in->aux_diff && cs->Is) st = dsk_stream_create(cx, &aux);
+  if (st == DSK_STATUS_OK && aux) { /* the shared expert beside the routed path: the same bits */
+    d.aux_stream = aux;
+    dsk_bf16 *y2 = mc_host(sizeof(dsk_bf16) * (size_t)(T * H));
+    st = dsk_mem_set(cx, dy, 0xFF, sizeof(dsk_bf16) * (size_t)(T * H));
+    if (st == DSK_STATUS_OK) st = dsk_mem_set(cx, (uint8_t *)ws + pi.workspace_bytes / 2, 0x5A,
+                                              (size_t)(pi.workspace_bytes - pi.workspace_bytes / 2));
+    if (st == DSK_STATUS_OK) st = dsk_moe_run(cx, &d);
+    if (st == DSK_STATUS_OK) st = mc_down(cx, y2, dy, sizeof(dsk_bf16) * (size_t)(T * H));
+    if (st == DSK_STATUS_OK) {
+      int64_t nd = 0;
+      for (int64_t i = 0; i < T * H; i++) nd += y2[i] != y[i];
+      *in->aux_diff = nd;
+    }
+    free(y2);
+    const dsk_status s2 = dsk_stream_destroy(cx, aux);
+    if (st == DSK_STATUS_OK) st = s2;
+  }
   if (st == DSK_STATUS_OK) st = mc_down(cx, ids, di, sizeof(int32_t) * (size_t)(T * K));
   if (st == DSK_STATUS_OK) st = mc_down(cx, wts, dw, sizeof(float) * (size_t)(T * K));
   mc_free(&b);
@@ -330,9 +352,16 @@ int check_case(dsk_ctx *ctx, dsk_ctx *ref, int same, const mc_case *cs, const in
     int64_t nbad = 0;
     if (mode != MC_ROUTER) make_ids(&r, cs, off, mode, T, ids_in, w_in, &nbad);
     int64_t cnt[DSK_MOE_NUM_COUNTERS] = {0}, cntr[DSK_MOE_NUM_COUNTERS] = {0};
-    mc_layer_in in = {T, off, x, gw, bias, ids_in, w_in, (const void *const *)hp, pb, 0};
+    int64_t aux_diff = -1;
+    mc_layer_in in = {T, off, x, gw, bias, ids_in, w_in, (const void *const *)hp, pb, 0, &aux_diff};
     const double t0 = tu_now_us();
     st = run_layer(ctx, cs, &in, y, ids, w, cnt, NULL);
+    if (st == DSK_STATUS_OK && aux_diff >= 0) {
+      TU_CHECK(c, aux_diff == 0, "moe %s T %lld: with aux_stream %lld outputs differ from the one-stream run", cs->name,
+               (long long)T, (long long)aux_diff);
+      fprintf(log, "moe %-22s T %lld: shared expert on aux_stream: %s\n", cs->name, (long long)T,
+              aux_diff == 0 ? "identical" : "DIFFERENT");
+    }
     const double us = tu_now_us() - t0;
     if (st == DSK_STATUS_UNSUPPORTED) {
       fprintf(log, "moe %-22s skipped on %s: %s\n", cs->name, dsk_status_name(st), dsk_last_error());
@@ -355,6 +384,7 @@ int check_case(dsk_ctx *ctx, dsk_ctx *ref, int same, const mc_case *cs, const in
     if (!bad && Tr > 0) {
       /* the cpu-ref layer on the first Tr tokens (every token's output depends on its own row only) */
       mc_layer_in ir = in;
+      ir.aux_diff = NULL;
       ir.T = Tr;
       dsk_status s2 = run_layer(ref, cs, &ir, yr, idr, wr, cntr, NULL);
       TU_CHECK(c, s2 == DSK_STATUS_OK, "moe %s T %lld: cpu-ref: %s", cs->name, (long long)T, dsk_last_error());
@@ -511,7 +541,7 @@ int dsk__moe_demo_row(dsk_ctx *ctx, dsk_ctx *ref, int which, int quick, int reps
   tu_fill_bf16_normal(&r, x, (size_t)(T * H), 1.0);
   for (int64_t e = 0; e < E; e++) bias[e] = (float)(tu_uniform(&r) * 0.05) + (e >= off ? 10.0f : 0.0f);
   int64_t cnt[DSK_MOE_NUM_COUNTERS] = {0}, cntr[DSK_MOE_NUM_COUNTERS] = {0};
-  mc_layer_in in = {T, off, x, gw, bias, NULL, NULL, (const void *const *)hp, pb, reps > 0 ? reps : 1};
+  mc_layer_in in = {T, off, x, gw, bias, NULL, NULL, (const void *const *)hp, pb, reps > 0 ? reps : 1, NULL};
   if (st == DSK_STATUS_OK) st = run_layer(ctx, cs, &in, y, ids, w, cnt, &res[0]);
   double d_ref = -1, d_fp64 = -1;
   int64_t ids_vs_ref = 0, cnt_sum = 0, local = 0;

@@ -233,10 +233,14 @@ dsk_status dsk__ref_moe_permute(dsk_ctx *ctx, const dsk_moe_permute_desc *d) {
     acc += (cnt[l] + A - 1) / A * A;
     cnt[l] = 0; /* reused as the running rank */
   }
-  /* padding everywhere first: rows and scale bytes 0, m_indices -1 */
+  /* padding everywhere first: rows and scale bytes 0 (left as they are
+   * with DSK_MOE_PERMUTE_NO_PAD_FILL), m_indices -1 */
+  const int fill = !(d->flags & DSK_MOE_PERMUTE_NO_PAD_FILL);
   for (int64_t r = 0; r < M; r++) {
-    memset(d->A + r * d->A_stride, 0, (size_t)d->K);
-    memset(d->Asf + r * d->Asf_stride, 0, (size_t)sfk);
+    if (fill) {
+      memset(d->A + r * d->A_stride, 0, (size_t)d->K);
+      memset(d->Asf + r * d->Asf_stride, 0, (size_t)sfk);
+    }
     d->m_indices[r] = -1;
   }
   /* 3. stable placement by (t, k) ascending */
@@ -282,6 +286,7 @@ dsk_status dsk__ref_swiglu_quant(dsk_ctx *ctx, const dsk_swiglu_quant_desc *d) {
   for (int64_t r = 0; r < R; r++) {
     uint8_t *q = d->q + r * d->q_stride;
     uint8_t sb[DSK_MOE_MAX_K / DSK_FMT_FP8_GROUP]; /* scale bytes of this row (I <= DSK_MOE_MAX_K) */
+    if (d->m_indices && d->m_indices[r] < 0 && (d->flags & DSK_SWIGLU_SKIP_PADDING)) continue; /* left as is */
     if (d->m_indices && d->m_indices[r] < 0) {
       memset(q, 0, (size_t)I);
       memset(sb, 0, (size_t)ng);

@@ -230,3 +230,30 @@ extern "C" int dsk__cuda_stream_capturing(dsk_ctx *ctx, void *stream) {
   }
   return cs != cudaStreamCaptureStatusNone;
 }
+
+extern "C" dsk_status dsk__cuda_stream_join(dsk_ctx *ctx, void *waiter, void *signaler) {
+  SET_DEVICE("stream_join");
+  cudaEvent_t ev;
+  DSK_CUDA_TRY("stream_join", cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
+  cudaError_t e = cudaEventRecord(ev, dsk__cuda_stream(ctx, signaler));
+  if (e == cudaSuccess) e = cudaStreamWaitEvent(dsk__cuda_stream(ctx, waiter), ev, 0);
+  /* the event's resources go once its recorded work completes */
+  const cudaError_t d = cudaEventDestroy(ev);
+  DSK_CUDA_TRY("stream_join (cudaEventRecord / cudaStreamWaitEvent)", e);
+  DSK_CUDA_TRY("stream_join", d);
+  return DSK_STATUS_OK;
+}
+
+extern "C" dsk_status dsk__cuda_stream_create(dsk_ctx *ctx, void **stream) {
+  SET_DEVICE("dsk_stream_create");
+  cudaStream_t s;
+  DSK_CUDA_TRY("dsk_stream_create", cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  *stream = (void *)s;
+  return DSK_STATUS_OK;
+}
+
+extern "C" dsk_status dsk__cuda_stream_destroy(dsk_ctx *ctx, void *stream) {
+  SET_DEVICE("dsk_stream_destroy");
+  DSK_CUDA_TRY("dsk_stream_destroy", cudaStreamDestroy((cudaStream_t)stream));
+  return DSK_STATUS_OK;
+}

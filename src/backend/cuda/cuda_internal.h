@@ -41,6 +41,13 @@ dsk_status dsk__cuda_synchronize(dsk_ctx *ctx, void *stream);
 /* cudaStreamIsCapturing on the stream (NULL = the context's): 1 when
  * capturing or when the status cannot be read, else 0 (autotune.md A10). */
 int dsk__cuda_stream_capturing(dsk_ctx *ctx, void *stream);
+/* Work enqueued later on waiter runs after all work enqueued so far on
+ * signaler (NULL = the context's stream): an event recorded on signaler
+ * and waited on by waiter, created and destroyed per call (thread-safe,
+ * capture-safe). */
+dsk_status dsk__cuda_stream_join(dsk_ctx *ctx, void *waiter, void *signaler);
+dsk_status dsk__cuda_stream_create(dsk_ctx *ctx, void **stream);
+dsk_status dsk__cuda_stream_destroy(dsk_ctx *ctx, void *stream);
 
 /* cuda_bench.cu */
 dsk_status dsk__cuda_bench_samples(dsk_ctx *ctx, dsk_bench_fn fn, void *user, const dsk_bench_opts *o,

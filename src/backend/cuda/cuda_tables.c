@@ -28,6 +28,9 @@
   .bench_samples = dsk__cuda_bench_samples,               \
   .bench_copy = dsk__cuda_bench_copy,                     \
   .stream_capturing = dsk__cuda_stream_capturing,         \
+  .stream_join = dsk__cuda_stream_join,                   \
+  .stream_create = dsk__cuda_stream_create,               \
+  .stream_destroy = dsk__cuda_stream_destroy,             \
   .mx_quantize = dsk__cuda_mx_quantize,                   \
   .fp8_quantize_1x128 = dsk__cuda_fp8_quantize_1x128,     \
   .pack_ue8m0_words = dsk__cuda_pack_ue8m0_words,         \

@@ -93,6 +93,7 @@ struct MxqParams {
 /* One thread per (row, 32-block): the reference's block rule itself. */
 template <bool F32>
 __global__ void __launch_bounds__(kThreads) mx_quantize_kernel(MxqParams p) {
+  moe_dep_wait(); /* before any global access (PDL) */
   const int64_t total = p.rows * p.nb;
   int bad = 0;
   for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total; i += (int64_t)gridDim.x * blockDim.x) {
@@ -182,6 +183,7 @@ __device__ __forceinline__ uint8_t quant128_group(const Q128Params &p, int64_t r
  * (packed output only) write the zero padding words. */
 template <int MODE, bool F32>
 __global__ void quant128_kernel(Q128Params p) {
+  moe_dep_wait(); /* before any global access (PDL) */
   const int lane = threadIdx.x & 31;
   const int64_t wid = (blockIdx.x * (int64_t)blockDim.x + threadIdx.x) >> 5;
   const int64_t nwarps = ((int64_t)gridDim.x * blockDim.x) >> 5;
@@ -228,6 +230,7 @@ constexpr int64_t kQ128GroupItems = 4096;
  * real rows (packed output only) get zero words. */
 template <int MODE, bool F32>
 __global__ void __launch_bounds__(kThreads) quant128_group_kernel(Q128Params p) {
+  moe_dep_wait(); /* before any global access (PDL) */
   const int lane = threadIdx.x & 31;
   const int64_t wid = (blockIdx.x * (int64_t)blockDim.x + threadIdx.x) >> 5;
   const int64_t nwarps = ((int64_t)gridDim.x * blockDim.x) >> 5;
@@ -253,20 +256,75 @@ __global__ void __launch_bounds__(kThreads) quant128_group_kernel(Q128Params p) 
   if (lane == 0) count_add(p.counters, bad);
 }
 
+/* dsk_swiglu_quant with DSK_SWIGLU_SKIP_PADDING: block (x, y) takes rows
+ * [64 x, 64 x + 64) and group g = y; it lists the live rows (m_indices >= 0,
+ * ascending) and its 4 warps take them in turn, one group of 128 each
+ * (quant128_group), writing byte g % 4 of the packed word g / 4 (and, for
+ * the last group, the zero bytes of groups past ng). Padding rows are not
+ * touched; the packed tensor's rows [rows, round_up(rows, 4)) get zero
+ * words (blocks of y = 0), as in the other kernels. At decode a block holds
+ * a few live rows, so every (row, group) has a warp of its own. */
+constexpr int kLiveRows = 64, kLiveThreads = 128;
+__global__ void __launch_bounds__(kLiveThreads) swiglu_live_kernel(Q128Params p) {
+  moe_dep_wait(); /* before any global access (PDL) */
+  __shared__ int s_rows[kLiveRows];
+  __shared__ unsigned s_ball[2];
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int64_t r0 = (int64_t)blockIdx.x * kLiveRows, g = blockIdx.y;
+  const int64_t kp = (p.ng + 3) / 4;
+  if (warp < 2) {
+    const int64_t r = r0 + tid;
+    const unsigned b = __ballot_sync(kFull, r < p.rows && p.m_indices[r] >= 0);
+    if (lane == 0) s_ball[warp] = b;
+  }
+  __syncthreads();
+  const unsigned b0 = s_ball[0], b1 = s_ball[1];
+  if (warp < 2) {
+    const unsigned b = warp ? b1 : b0;
+    if ((b >> lane) & 1u) s_rows[(warp ? __popc(b0) : 0) + __popc(b & ((1u << lane) - 1u))] = tid;
+  }
+  if (p.sf_packed && g == 0 && tid < kLiveRows) { /* the packed tensor's padding rows */
+    const int64_t r = r0 + tid;
+    if (r >= p.rows && r < p.T4)
+      for (int64_t pw = 0; pw < kp; pw++) p.sf_packed[pw * p.T4 + r] = 0;
+  }
+  __syncthreads();
+  const int n = __popc(b0) + __popc(b1);
+  const int64_t I = p.ng * DSK_FMT_FP8_GROUP;
+  int bad = 0;
+  for (int i = warp; i < n; i += kLiveThreads / 32) {
+    const int64_t r = r0 + s_rows[i];
+    const uint8_t e = quant128_group<1, false>(p, r, g, lane, false, I, bad);
+    if (lane == 0) {
+      if (p.sf) p.sf[r * p.sf_stride + g] = e;
+      if (p.sf_packed) {
+        uint8_t *w = reinterpret_cast<uint8_t *>(p.sf_packed + (g >> 2) * p.T4 + r);
+        w[g & 3] = e;
+        if (g == p.ng - 1)
+          for (int j = (int)(g & 3) + 1; j < 4; j++) w[j] = 0; /* groups past ng */
+      }
+    }
+  }
+  bad = warp_sum_i(bad);
+  if (lane == 0) count_add(p.counters, bad);
+}
+
 /* The quantize / SwiGLU launch: the warp-per-group kernel up to
  * kQ128GroupItems (row, word) items, else the warp-per-word one. */
 template <int MODE, bool F32>
-void launch_q128(const Q128Params &p, cudaStream_t st) {
+dsk_status launch_q128(const Q128Params &p, cudaStream_t st, const char *what) {
   const int64_t items = (p.sf_packed ? p.T4 : p.rows) * ((p.ng + 3) / 4);
   if (items <= kQ128GroupItems)
-    quant128_group_kernel<MODE, F32><<<grid_for(items * 4, kThreads / 32), kThreads, 0, st>>>(p);
+    DSK_CUDA_TRY(what, moe_launch(quant128_group_kernel<MODE, F32>, dim3(grid_for(items * 4, kThreads / 32)), dim3(kThreads), 0, st, p));
   else
-    quant128_kernel<MODE, F32><<<grid_for(items, kThreads / 32), kThreads, 0, st>>>(p);
+    DSK_CUDA_TRY(what, moe_launch(quant128_kernel<MODE, F32>, dim3(grid_for(items, kThreads / 32)), dim3(kThreads), 0, st, p));
+  return DSK_STATUS_OK;
 }
 
 /* ======================================================= scale packing */
 __global__ void __launch_bounds__(kThreads) pack_words_kernel(int64_t rows, int64_t sf_k, const uint8_t *sf,
                                                                int64_t sf_stride, int32_t *out, int64_t out_stride) {
+  moe_dep_wait(); /* before any global access (PDL) */
   const int64_t kp = (sf_k + 3) / 4, total = rows * kp;
   for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total; i += (int64_t)gridDim.x * blockDim.x) {
     const int64_t r = i / kp, pw = i - r * kp;
@@ -278,6 +336,7 @@ __global__ void __launch_bounds__(kThreads) pack_words_kernel(int64_t rows, int6
 __global__ void __launch_bounds__(kThreads) sf_pack_kernel(int64_t G, int64_t MN, int64_t sf_k, int gran_mn,
                                                             const uint8_t *sf, int64_t sf_stride,
                                                             int64_t sf_group_stride, int32_t *out) {
+  moe_dep_wait(); /* before any global access (PDL) */
   const int64_t kp = (sf_k + 3) / 4, t4 = (MN + 3) / 4 * 4, total = G * kp * t4;
   for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total; i += (int64_t)gridDim.x * blockDim.x) {
     const int64_t g = i / (kp * t4), rem = i - g * (kp * t4);
@@ -315,13 +374,41 @@ struct PermParams {
 constexpr int kCountThreads = 1024; /* >= DSK_MOE_MAX_EXPERTS: one scan element per thread */
 constexpr int kCountBatch = 4;
 
+/* Block-wide (kCountThreads) exclusive scan of round_up(c, A) over thread =
+ * expert: the start of this thread's segment. Contains barriers: every
+ * thread of the block calls it. */
+__device__ __forceinline__ long long seg_start_scan(long long c, int64_t A, long long *s_wsum) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const long long len = (c + A - 1) / A * A;
+  long long v = len;
+#pragma unroll
+  for (int o = 1; o < 32; o <<= 1) {
+    const long long n = __shfl_up_sync(kFull, v, o);
+    if (lane >= o) v += n;
+  }
+  if (lane == 31) s_wsum[warp] = v;
+  __syncthreads();
+  if (warp == 0) {
+    long long w = s_wsum[lane];
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+      const long long n = __shfl_up_sync(kFull, w, o);
+      if (lane >= o) w += n;
+    }
+    s_wsum[lane] = w;
+  }
+  __syncthreads();
+  return v - len + (warp > 0 ? s_wsum[warp - 1] : 0);
+}
+
 /* 1. One block: per-expert counts, inv_perm = -1 for every non-local
  * assignment (-1 ids, bad ids, other ranks' experts), bad ids counted, then
  * start = exclusive scan of round_up(cnt, A). */
 __global__ void __launch_bounds__(kCountThreads) perm_count_kernel(PermParams p) {
+  moe_dep_wait(); /* before any global access (PDL) */
   __shared__ unsigned long long s_cnt[kCountThreads];
   __shared__ long long s_wsum[kCountThreads / 32];
-  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int tid = threadIdx.x;
   s_cnt[tid] = 0;
   __syncthreads();
   const int64_t NA = p.T * p.topk;
@@ -361,26 +448,7 @@ __global__ void __launch_bounds__(kCountThreads) perm_count_kernel(PermParams p)
   __syncthreads();
   /* block-wide exclusive scan of len = round_up(cnt, A) over thread = expert */
   const long long c = tid < p.EL ? (long long)s_cnt[tid] : 0;
-  const long long len = (c + p.A - 1) / p.A * p.A;
-  long long v = len;
-#pragma unroll
-  for (int o = 1; o < 32; o <<= 1) {
-    const long long n = __shfl_up_sync(kFull, v, o);
-    if (lane >= o) v += n;
-  }
-  if (lane == 31) s_wsum[warp] = v;
-  __syncthreads();
-  if (warp == 0) {
-    long long w = s_wsum[lane];
-#pragma unroll
-    for (int o = 1; o < 32; o <<= 1) {
-      const long long n = __shfl_up_sync(kFull, w, o);
-      if (lane >= o) w += n;
-    }
-    s_wsum[lane] = w;
-  }
-  __syncthreads();
-  const long long excl = v - len + (warp > 0 ? s_wsum[warp - 1] : 0);
+  const long long excl = seg_start_scan(c, p.A, s_wsum);
   if (tid < p.EL) {
     p.cnt[tid] = c;
     p.start[tid] = excl;
@@ -393,6 +461,7 @@ constexpr int kRankPer = 8; /* consecutive assignments per thread and tile */
 /* 2. One block per local expert l: its assignments in (t, k) order get rows
  * start[l] + rank (rank = a block scan of per-thread match counts). */
 __global__ void __launch_bounds__(kRankThreads) perm_rank_kernel(PermParams p) {
+  moe_dep_wait(); /* before any global access (PDL) */
   __shared__ int s_w[kRankThreads / 32];
   const int64_t l = blockIdx.x;
   const int64_t cnt = p.cnt[l];
@@ -448,7 +517,127 @@ __global__ void __launch_bounds__(kRankThreads) perm_rank_kernel(PermParams p) {
   if (p.counters && dropped) atomicAdd(&p.counters[1], (unsigned long long)dropped);
 }
 
+/* 1+2 in one block for decode-sized calls (T * topk <= kPermSmallNA): the
+ * assignments' local ids staged in shared memory, counts by shared atomics,
+ * the same scan, then warp 0 walks them in (t, k) order 32 at a time:
+ * __match_any_sync groups the lanes of one expert, a lane's rank is its
+ * expert's running count plus the matching lanes below it, and the highest
+ * of them adds the group's size to the running count. Same inv_perm, cnt,
+ * start and counters as kernels 1 and 2. */
+constexpr int kPermSmallNA = 1024;
+static_assert(kPermSmallNA <= kCountThreads, "one thread per assignment");
+__global__ void __launch_bounds__(kCountThreads) perm_plan_small_kernel(PermParams p) {
+  moe_dep_wait(); /* before any global access (PDL) */
+  __shared__ unsigned long long s_cnt[kCountThreads];
+  __shared__ long long s_wsum[kCountThreads / 32];
+  __shared__ int s_l[kPermSmallNA];
+  __shared__ long long s_start[kCountThreads];
+  __shared__ int s_run[kCountThreads];
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  s_cnt[tid] = 0;
+  s_run[tid] = 0;
+  __syncthreads();
+  const int NA = (int)(p.T * p.topk); /* <= kPermSmallNA */
+  long long bad = 0;
+  if (tid < NA) {
+    const int64_t t = tid / p.topk, k = tid - t * p.topk;
+    const int64_t id = p.ids[t * p.ids_stride + k];
+    int l = -1;
+    if (id < -1 || id >= p.E) {
+      bad = 1;
+    } else if (id != -1) {
+      const int64_t ll = id - p.off;
+      if (ll >= 0 && ll < p.EL) l = (int)ll;
+    }
+    s_l[tid] = l;
+    if (l >= 0) atomicAdd(&s_cnt[l], 1ull);
+    else p.inv[t * p.inv_stride + k] = -1;
+  }
+  bad = __syncthreads_count(bad != 0);
+  if (tid == 0 && p.counters && bad) atomicAdd(&p.counters[0], (unsigned long long)bad);
+  const long long c = tid < p.EL ? (long long)s_cnt[tid] : 0;
+  const long long excl = seg_start_scan(c, p.A, s_wsum);
+  if (tid < p.EL) {
+    p.cnt[tid] = c;
+    p.start[tid] = excl;
+    s_start[tid] = excl;
+  }
+  __syncthreads();
+  if (warp != 0) return;
+  long long dropped = 0;
+  for (int i0 = 0; i0 < NA; i0 += 32) {
+    const int i = i0 + lane;
+    const int l = i < NA ? s_l[i] : -1;
+    const unsigned peers = __match_any_sync(kFull, l);
+    if (l >= 0) {
+      const int below = __popc(peers & ((1u << lane) - 1u));
+      const long long row = s_start[l] + s_run[l] + below;
+      const int64_t t = i / p.topk, k = i - t * p.topk;
+      if (row < p.M) {
+        p.inv[t * p.inv_stride + k] = (int32_t)row;
+      } else {
+        p.inv[t * p.inv_stride + k] = -1;
+        dropped++;
+      }
+    }
+    __syncwarp();
+    if (l >= 0 && lane == 31 - __clz(peers)) s_run[l] += __popc(peers); /* the group's highest lane */
+    __syncwarp();
+  }
+  dropped = warp_sum_i((int)dropped);
+  if (lane == 0 && p.counters && dropped) atomicAdd(&p.counters[1], (unsigned long long)dropped);
+}
+
 constexpr int kRowThreads = 128;
+
+/* The local expert whose segment holds row r: the largest l with start[l]
+ * <= r (start[0] = 0, non-decreasing). */
+__device__ __forceinline__ int seg_of_row(const PermParams &p, int64_t r) {
+  int lo = 0, hi = (int)p.EL - 1;
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) >> 1;
+    if (p.start[mid] <= r)
+      lo = mid;
+    else
+      hi = mid - 1;
+  }
+  return lo;
+}
+
+/* The block copies assignment i (token t, slot k): the fp8 row and its
+ * scale bytes to row inv_perm[t, k] (none when it is -1; block-uniform). */
+template <bool VEC>
+__device__ __forceinline__ void perm_copy_assignment(const PermParams &p, int64_t i, int64_t sfk) {
+  const int tid = threadIdx.x;
+  const int64_t t = i / p.topk, k = i - t * p.topk;
+  const int32_t row = p.inv[t * p.inv_stride + k];
+  if (row < 0) return;
+  const uint8_t *src = p.xq + t * p.xq_stride;
+  uint8_t *dst = p.A_out + (int64_t)row * p.A_stride;
+  if (VEC) {
+    for (int64_t j = tid; j < p.K / 16; j += kRowThreads) ((uint4 *)dst)[j] = ((const uint4 *)src)[j];
+  } else {
+    for (int64_t j = tid; j < p.K; j += kRowThreads) dst[j] = src[j];
+  }
+  for (int64_t j = tid; j < sfk; j += kRowThreads) p.Asf[(int64_t)row * p.Asf_stride + j] = p.xsf[t * p.xsf_stride + j];
+}
+
+/* 3 with DSK_MOE_PERMUTE_NO_PAD_FILL: block b copies assignments b,
+ * b + grid, ... (as kernel 3), and every thread writes m_indices for rows
+ * gid, gid + grid * threads, ... (binary search of start); padding rows of
+ * A and their scale bytes are not touched. */
+template <bool VEC>
+__global__ void __launch_bounds__(kRowThreads) perm_rows_live_kernel(PermParams p) {
+  moe_dep_wait(); /* before any global access (PDL) */
+  const int64_t NA = p.T * p.topk;
+  const int64_t sfk = p.K / DSK_FMT_FP8_GROUP;
+  const int tid = threadIdx.x;
+  for (int64_t r = (int64_t)blockIdx.x * kRowThreads + tid; r < p.M; r += (int64_t)gridDim.x * kRowThreads) {
+    const int l = seg_of_row(p, r);
+    p.m_indices[r] = r - p.start[l] < p.cnt[l] ? l : -1;
+  }
+  for (int64_t i = blockIdx.x; i < NA; i += gridDim.x) perm_copy_assignment<VEC>(p, i, sfk);
+}
 
 /* 3. Blocks [0, M): row r of A (padding rows and their scale bytes zeroed,
  * m_indices); blocks [M, M + T*topk): assignment copies (the fp8 row and
@@ -456,22 +645,15 @@ constexpr int kRowThreads = 128;
  * rows: a real row is written only by its assignment. */
 template <bool VEC>
 __global__ void __launch_bounds__(kRowThreads) perm_rows_kernel(PermParams p) {
+  moe_dep_wait(); /* before any global access (PDL) */
   const int64_t NA = p.T * p.topk, items = p.M + NA;
   const int64_t sfk = p.K / DSK_FMT_FP8_GROUP;
   const int tid = threadIdx.x;
   for (int64_t it = blockIdx.x; it < items; it += gridDim.x) {
     if (it < p.M) {
       const int64_t r = it;
-      /* largest l with start[l] <= r (start[0] = 0, non-decreasing); r is a
-       * real row iff it is inside l's first cnt[l] rows */
-      int lo = 0, hi = (int)p.EL - 1;
-      while (lo < hi) {
-        const int mid = (lo + hi + 1) >> 1;
-        if (p.start[mid] <= r)
-          lo = mid;
-        else
-          hi = mid - 1;
-      }
+      /* r is a real row iff it is inside its segment's first cnt rows */
+      const int lo = seg_of_row(p, r);
       const bool real = r - p.start[lo] < p.cnt[lo];
       if (tid == 0) p.m_indices[r] = real ? lo : -1;
       if (!real) {
@@ -484,18 +666,7 @@ __global__ void __launch_bounds__(kRowThreads) perm_rows_kernel(PermParams p) {
         for (int64_t j = tid; j < sfk; j += kRowThreads) p.Asf[r * p.Asf_stride + j] = 0;
       }
     } else {
-      const int64_t i = it - p.M;
-      const int64_t t = i / p.topk, k = i - t * p.topk;
-      const int32_t row = p.inv[t * p.inv_stride + k];
-      if (row < 0) continue; /* block-uniform */
-      const uint8_t *src = p.xq + t * p.xq_stride;
-      uint8_t *dst = p.A_out + (int64_t)row * p.A_stride;
-      if (VEC) {
-        for (int64_t j = tid; j < p.K / 16; j += kRowThreads) ((uint4 *)dst)[j] = ((const uint4 *)src)[j];
-      } else {
-        for (int64_t j = tid; j < p.K; j += kRowThreads) dst[j] = src[j];
-      }
-      for (int64_t j = tid; j < sfk; j += kRowThreads) p.Asf[(int64_t)row * p.Asf_stride + j] = p.xsf[t * p.xsf_stride + j];
+      perm_copy_assignment<VEC>(p, it - p.M, sfk);
     }
   }
 }
@@ -524,6 +695,7 @@ struct GatherParams {
 constexpr int kGatherThreads = 128;
 template <int V, int KMAX> /* topk <= KMAX = 8 (both models); gather_any_kernel takes more */
 __global__ void __launch_bounds__(kGatherThreads) gather_kernel(GatherParams p) {
+  moe_dep_wait(); /* before any global access (PDL) */
   __shared__ int s_row[DSK_MOE_MAX_TOPK];
   __shared__ double s_w[DSK_MOE_MAX_TOPK];
   const int64_t t = blockIdx.y;
@@ -599,6 +771,7 @@ __global__ void __launch_bounds__(kGatherThreads) gather_kernel(GatherParams p) 
  * rounded fp64 -> fp32 -> bf16. */
 template <int V>
 __global__ void __launch_bounds__(kThreads) gather_any_kernel(GatherParams p) {
+  moe_dep_wait(); /* before any global access (PDL) */
   const int64_t t = blockIdx.x;
   const int32_t *inv = p.inv + t * p.inv_stride;
   const float *wt = p.w + t * p.w_stride;
@@ -680,9 +853,9 @@ extern "C" dsk_status dsk__cuda_mx_quantize(dsk_ctx *ctx, const dsk_mx_quantize_
   p.counters = (unsigned long long *)d->counters;
   const unsigned grid = grid_for(p.rows * p.nb, kThreads);
   if (d->x_dtype == DSK_MOE_IN_F32)
-    mx_quantize_kernel<true><<<grid, kThreads, 0, st>>>(p);
+    DSK_CUDA_TRY("mx_quantize", moe_launch(mx_quantize_kernel<true>, dim3(grid), dim3(kThreads), 0, st, p));
   else
-    mx_quantize_kernel<false><<<grid, kThreads, 0, st>>>(p);
+    DSK_CUDA_TRY("mx_quantize", moe_launch(mx_quantize_kernel<false>, dim3(grid), dim3(kThreads), 0, st, p));
   DSK_CUDA_LAUNCHED("mx_quantize");
   return DSK_STATUS_OK;
 }
@@ -704,11 +877,8 @@ extern "C" dsk_status dsk__cuda_fp8_quantize_1x128(dsk_ctx *ctx, const dsk_fp8_q
   p.sf_packed = d->sf_packed;
   p.counters = (unsigned long long *)d->counters;
   if (d->x_dtype == DSK_MOE_IN_F32)
-    launch_q128<0, true>(p, st);
-  else
-    launch_q128<0, false>(p, st);
-  DSK_CUDA_LAUNCHED("fp8_quantize_1x128");
-  return DSK_STATUS_OK;
+    return launch_q128<0, true>(p, st, "fp8_quantize_1x128");
+  return launch_q128<0, false>(p, st, "fp8_quantize_1x128");
 }
 
 extern "C" dsk_status dsk__cuda_swiglu_quant(dsk_ctx *ctx, const dsk_swiglu_quant_desc *d) {
@@ -729,17 +899,21 @@ extern "C" dsk_status dsk__cuda_swiglu_quant(dsk_ctx *ctx, const dsk_swiglu_quan
   p.sf_stride = d->sf_stride;
   p.sf_packed = d->sf_packed;
   p.counters = (unsigned long long *)d->counters;
-  launch_q128<1, false>(p, st);
-  DSK_CUDA_LAUNCHED("swiglu_quant");
-  return DSK_STATUS_OK;
+  if (d->flags & DSK_SWIGLU_SKIP_PADDING) { /* m_indices given (validated) */
+    const int64_t blocks = (p.rows + kLiveRows - 1) / kLiveRows; /* <= 2^25 */
+    const dim3 grid((unsigned)blocks, (unsigned)p.ng);            /* ng <= DSK_MOE_MAX_K / 128 */
+    DSK_CUDA_TRY("swiglu_quant", moe_launch(swiglu_live_kernel, grid, dim3(kLiveThreads), 0, st, p));
+    return DSK_STATUS_OK;
+  }
+  return launch_q128<1, false>(p, st, "swiglu_quant");
 }
 
 extern "C" dsk_status dsk__cuda_pack_ue8m0_words(dsk_ctx *ctx, const dsk_pack_ue8m0_desc *d) {
   MOE_SET_DEVICE("pack_ue8m0_words");
   cudaStream_t st = dsk__cuda_stream(ctx, d->stream);
   const int64_t total = d->rows * ((d->sf_k + 3) / 4);
-  pack_words_kernel<<<grid_for(total, kThreads), kThreads, 0, st>>>(d->rows, d->sf_k, d->sf, d->sf_stride, d->out,
-                                                                     d->out_stride);
+  DSK_CUDA_TRY("pack_ue8m0_words", moe_launch(pack_words_kernel, dim3(grid_for(total, kThreads)), dim3(kThreads), 0, st, d->rows, d->sf_k, d->sf, d->sf_stride, d->out,
+                                                                     d->out_stride));
   DSK_CUDA_LAUNCHED("pack_ue8m0_words");
   return DSK_STATUS_OK;
 }
@@ -748,8 +922,8 @@ extern "C" dsk_status dsk__cuda_sf_pack_mn_major(dsk_ctx *ctx, const dsk_sf_pack
   MOE_SET_DEVICE("sf_pack_mn_major");
   cudaStream_t st = dsk__cuda_stream(ctx, d->stream);
   const int64_t total = dsk_sf_packed_words(d->G, d->MN, d->sf_k); /* validated: no overflow */
-  sf_pack_kernel<<<grid_for(total, kThreads), kThreads, 0, st>>>(d->G, d->MN, d->sf_k, d->gran_mn, d->sf,
-                                                                  d->sf_stride, d->sf_group_stride, d->out);
+  DSK_CUDA_TRY("sf_pack_mn_major", moe_launch(sf_pack_kernel, dim3(grid_for(total, kThreads)), dim3(kThreads), 0, st, d->G, d->MN, d->sf_k, d->gran_mn, d->sf,
+                                                                  d->sf_stride, d->sf_group_stride, d->out));
   DSK_CUDA_LAUNCHED("sf_pack_mn_major");
   return DSK_STATUS_OK;
 }
@@ -783,16 +957,28 @@ extern "C" dsk_status dsk__cuda_moe_permute(dsk_ctx *ctx, const dsk_moe_permute_
   p.cnt = (int64_t *)d->workspace; /* the cpu-ref layout: cnt [E_local], start [E_local] */
   p.start = p.cnt + p.EL;
   p.counters = (unsigned long long *)d->counters;
-  perm_count_kernel<<<1, kCountThreads, 0, st>>>(p);
-  DSK_CUDA_LAUNCHED("moe_permute");
-  perm_rank_kernel<<<(unsigned)p.EL, kRankThreads, 0, st>>>(p);
-  DSK_CUDA_LAUNCHED("moe_permute");
-  const int64_t items = p.M + p.T * p.topk;
+  const int64_t NA = p.T * p.topk;
+  if (NA <= kPermSmallNA) { /* E_local <= DSK_MOE_MAX_EXPERTS <= kCountThreads */
+    DSK_CUDA_TRY("moe_permute", moe_launch(perm_plan_small_kernel, dim3(1), dim3(kCountThreads), 0, st, p));
+  } else {
+    DSK_CUDA_TRY("moe_permute", moe_launch(perm_count_kernel, dim3(1), dim3(kCountThreads), 0, st, p));
+    DSK_CUDA_TRY("moe_permute", moe_launch(perm_rank_kernel, dim3((unsigned)p.EL), dim3(kRankThreads), 0, st, p));
+  }
+  const int64_t items = p.M + NA;
   const bool vec = aligned16(d->xq) && d->xq_stride % 16 == 0 && (p.M == 0 || (aligned16(d->A) && d->A_stride % 16 == 0));
+  if (d->flags & DSK_MOE_PERMUTE_NO_PAD_FILL) {
+    const int64_t mb = (p.M + kRowThreads - 1) / kRowThreads;
+    const unsigned g = grid_for(NA > mb ? NA : mb, 1);
+    if (vec)
+      DSK_CUDA_TRY("moe_permute", moe_launch(perm_rows_live_kernel<true>, dim3(g), dim3(kRowThreads), 0, st, p));
+    else
+      DSK_CUDA_TRY("moe_permute", moe_launch(perm_rows_live_kernel<false>, dim3(g), dim3(kRowThreads), 0, st, p));
+    return DSK_STATUS_OK;
+  }
   if (vec)
-    perm_rows_kernel<true><<<grid_for(items, 1), kRowThreads, 0, st>>>(p);
+    DSK_CUDA_TRY("moe_permute", moe_launch(perm_rows_kernel<true>, dim3(grid_for(items, 1)), dim3(kRowThreads), 0, st, p));
   else
-    perm_rows_kernel<false><<<grid_for(items, 1), kRowThreads, 0, st>>>(p);
+    DSK_CUDA_TRY("moe_permute", moe_launch(perm_rows_kernel<false>, dim3(grid_for(items, 1)), dim3(kRowThreads), 0, st, p));
   DSK_CUDA_LAUNCHED("moe_permute");
   return DSK_STATUS_OK;
 }
@@ -846,13 +1032,13 @@ extern "C" dsk_status dsk__cuda_moe_gather(dsk_ctx *ctx, const dsk_moe_gather_de
   const dim3 grid((unsigned)gx, (unsigned)p.T);
   if (p.topk > 8) {
     if (vec)
-      gather_any_kernel<8><<<(unsigned)p.T, kThreads, 0, st>>>(p);
+      DSK_CUDA_TRY("moe_gather", moe_launch(gather_any_kernel<8>, dim3((unsigned)p.T), dim3(kThreads), 0, st, p));
     else
-      gather_any_kernel<1><<<(unsigned)p.T, kThreads, 0, st>>>(p);
+      DSK_CUDA_TRY("moe_gather", moe_launch(gather_any_kernel<1>, dim3((unsigned)p.T), dim3(kThreads), 0, st, p));
   } else if (vec) {
-    gather_kernel<8, 8><<<grid, kGatherThreads, 0, st>>>(p);
+    DSK_CUDA_TRY("moe_gather", moe_launch(gather_kernel<8, 8>, dim3(grid), dim3(kGatherThreads), 0, st, p));
   } else {
-    gather_kernel<1, 8><<<grid, kGatherThreads, 0, st>>>(p);
+    DSK_CUDA_TRY("moe_gather", moe_launch(gather_kernel<1, 8>, dim3(grid), dim3(kGatherThreads), 0, st, p));
   }
   DSK_CUDA_LAUNCHED("moe_gather");
   return DSK_STATUS_OK;
