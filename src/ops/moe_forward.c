@@ -389,9 +389,19 @@ dsk_status dsk_moe_run(dsk_ctx *ctx, const dsk_moe_desc *desc) {
     q.counters = cnt(d, DSK_MOE_CNT_X_NONFINITE);
     TRY(dsk_fp8_quantize_1x128(ctx, &q));
   }
+  /* after the fork an error still joins aux_stream back into stream, so
+   * nothing of this call runs unordered after it returns */
+#define TRY_J(call)                                                      \
+  do {                                                                   \
+    const dsk_status st_ = (call);                                       \
+    if (st_ != DSK_STATUS_OK) {                                          \
+      if (aux) (void)ctx->backend->stream_join(ctx, d->stream, d->aux_stream); \
+      return st_;                                                        \
+    }                                                                    \
+  } while (0)
   if (aux) {
     TRY(ctx->backend->stream_join(ctx, d->aux_stream, d->stream));
-    TRY(run_shared(ctx, d, &ws, ts, d->aux_stream));
+    TRY_J(run_shared(ctx, d, &ws, ts, d->aux_stream));
   }
   /* 3. permute into the contiguous layout (worst-case M_sum for T) */
   {
@@ -407,7 +417,7 @@ dsk_status dsk_moe_run(dsk_ctx *ctx, const dsk_moe_desc *desc) {
     p.workspace = base + ws.perm; p.workspace_bytes = ws.perm_bytes;
     p.counters = cnt(d, DSK_MOE_CNT_BAD_EXPERT);
     p.flags = DSK_MOE_PERMUTE_NO_PAD_FILL; /* the GEMMs are row-independent, the gather skips padding [5.5] */
-    TRY(dsk_moe_permute(ctx, &p));
+    TRY_J(dsk_moe_permute(ctx, &p));
   }
   /* 4. pack SFA (G 1, MN M_sum, sf_k H/128) */
   {
@@ -416,7 +426,7 @@ dsk_status dsk_moe_run(dsk_ctx *ctx, const dsk_moe_desc *desc) {
     s.struct_size = sizeof s;
     s.stream = d->stream;
     s.G = 1; s.MN = Ms; s.sf_k = H / 128; s.gran_mn = 1; s.sf = Asf; s.sf_stride = H / 128; s.out = sfa;
-    TRY(dsk_sf_pack_mn_major(ctx, &s));
+    TRY_J(dsk_sf_pack_mn_major(ctx, &s));
   }
   /* 5. FC1 -> D1 [M_sum, 2I] */
   dsk_moe_gemm_desc g;
@@ -430,7 +440,7 @@ dsk_status dsk_moe_run(dsk_ctx *ctx, const dsk_moe_desc *desc) {
   g.sfb.words = d->routed.sf13; g.sfb.groups = d->E_local; g.sfb.mn = 2 * I; g.sfb.sf_k = mx ? H / 32 : H / 128;
   g.D = Dbuf; g.D_stride = 2 * I; g.tactic = t1;
   g.counters = cnt(d, DSK_MOE_CNT_GEMM_BAD_INDEX);
-  TRY(dsk_moe_gemm(ctx, &g));
+  TRY_J(dsk_moe_gemm(ctx, &g));
   /* 6. SwiGLU + re-quantize -> A2 [M_sum, I] (reuses A), packed SFA2 */
   {
     dsk_swiglu_quant_desc s;
@@ -441,18 +451,19 @@ dsk_status dsk_moe_run(dsk_ctx *ctx, const dsk_moe_desc *desc) {
     s.q = A; s.q_stride = I; s.sf_packed = sfa2;
     s.counters = cnt(d, DSK_MOE_CNT_H_NONFINITE);
     s.flags = DSK_SWIGLU_SKIP_PADDING; /* FC2 is row-independent: its padding rows are never read */
-    TRY(dsk_swiglu_quant(ctx, &s));
+    TRY_J(dsk_swiglu_quant(ctx, &s));
   }
   /* 7. FC2 -> D2 [M_sum, H] (reuses D1); the bad-index blocks were counted by FC1 */
   g.N = H; g.K = I; g.A = A; g.A_stride = I;
   g.sfa.words = sfa2; g.sfa.sf_k = I / 128;
   g.B = d->routed.w2; g.sfb.words = d->routed.sf2; g.sfb.mn = H; g.sfb.sf_k = mx ? I / 32 : I / 128;
   g.D = Dbuf; g.D_stride = H; g.tactic = t2; g.counters = NULL;
-  TRY(dsk_moe_gemm(ctx, &g));
+  TRY_J(dsk_moe_gemm(ctx, &g));
   /* 8. shared expert (here unless it runs on aux_stream) */
   if (has_shared && !aux) TRY(run_shared(ctx, d, &ws, ts, d->stream));
   dsk_bf16 *sout = has_shared ? (dsk_bf16 *)(base + ws.Sout) : NULL;
   if (aux) TRY(ctx->backend->stream_join(ctx, d->stream, d->aux_stream)); /* the gather reads sout */
+#undef TRY_J
   /* 9. weighted gather + shared */
   {
     dsk_moe_gather_desc o;
