@@ -570,6 +570,18 @@ static void test_mem(void) {
   TU_CHECK(&counts, st == DSK_STATUS_INVALID_ARG, "alloc ctx NULL -> %s", dsk_status_name(st));
   st = dsk_ctx_synchronize(NULL, NULL);
   TU_CHECK(&counts, st == DSK_STATUS_INVALID_ARG, "synchronize ctx NULL -> %s", dsk_status_name(st));
+  /* streams: a CPU context gives NULL (its ops run on the calling thread) */
+  void *sp = (void *)&z;
+  TU_CHECK_OK(&counts, dsk_stream_create(ctx, &sp));
+  TU_CHECK(&counts, sp == NULL, "dsk_stream_create on a CPU context gave %p, want NULL", sp);
+  TU_CHECK_OK(&counts, dsk_stream_destroy(ctx, sp));
+  TU_CHECK_OK(&counts, dsk_stream_destroy(ctx, NULL));
+  st = dsk_stream_create(ctx, NULL);
+  TU_CHECK(&counts, st == DSK_STATUS_INVALID_ARG, "stream_create out NULL -> %s", dsk_status_name(st));
+  st = dsk_stream_create(NULL, &sp);
+  TU_CHECK(&counts, st == DSK_STATUS_INVALID_ARG, "stream_create ctx NULL -> %s", dsk_status_name(st));
+  st = dsk_stream_destroy(NULL, NULL);
+  TU_CHECK(&counts, st == DSK_STATUS_INVALID_ARG, "stream_destroy ctx NULL -> %s", dsk_status_name(st));
   dsk_ctx_destroy(ctx);
 }
 
