@@ -648,6 +648,24 @@ static void layout_free(layout *L) {
   free(L->inv);
 }
 
+/* Values of a permute's outputs that differ from layout L: m_indices,
+ * inv_perm, and each row of A (H bytes) and its 2 scale bytes - the token's
+ * when the row is real, else `pad`. */
+static int64_t perm_wrong(const layout *L, int64_t T, int64_t K, int64_t H, const uint8_t *xq, const uint8_t *xs,
+                          const uint8_t *A_, const uint8_t *As, const int32_t *mind, const int32_t *inv, uint8_t pad) {
+  int64_t wrong = 0;
+  for (int64_t rr = 0; rr < L->M_sum; rr++) {
+    wrong += mind[rr] != L->mind[rr];
+    int64_t src = -1;
+    for (int64_t i = 0; i < T * K; i++)
+      if (L->inv[i] == rr) src = i / K;
+    for (int64_t h = 0; h < H; h++) wrong += A_[rr * H + h] != (src >= 0 ? xq[src * H + h] : pad);
+    for (int64_t g = 0; g < 2; g++) wrong += As[rr * 2 + g] != (src >= 0 ? xs[src * 2 + g] : pad);
+  }
+  for (int64_t i = 0; i < T * K; i++) wrong += inv[i] != L->inv[i];
+  return wrong;
+}
+
 static void test_permute_gather(void) {
   tu_rng r = tu_rng_make(31);
   struct { int64_t T, K, E, EL, off, A, M_sum; int skew, badids; } cs[] = {
@@ -704,16 +722,7 @@ static void test_permute_gather(void) {
     int64_t cnt[2] = {0, 0};
     d.counters = cnt;
     TU_CHECK_OK(&C, dsk_moe_permute(g_ctx, &d));
-    int64_t wrong = 0;
-    for (int64_t rr = 0; rr < Msum; rr++) {
-      wrong += mind[rr] != L.mind[rr];
-      int64_t src = -1;
-      for (int64_t i = 0; i < T * K; i++)
-        if (L.inv[i] == rr) src = i / K;
-      for (int64_t h = 0; h < H; h++) wrong += A_[rr * H + h] != (src >= 0 ? xq[src * H + h] : 0);
-      for (int64_t g = 0; g < 2; g++) wrong += As[rr * 2 + g] != (src >= 0 ? xs[src * 2 + g] : 0);
-    }
-    for (int64_t i = 0; i < T * K; i++) wrong += inv[i] != L.inv[i];
+    const int64_t wrong = perm_wrong(&L, T, K, H, xq, xs, A_, As, mind, inv, 0);
     TU_CHECK(&C, wrong == 0, "permute case %zu: %lld wrong values", c, (long long)wrong);
     TU_CHECK(&C, cnt[0] == bad && cnt[1] == dropped, "permute case %zu: counters %lld %lld, want %lld %lld", c,
              (long long)cnt[0], (long long)cnt[1], (long long)bad, (long long)dropped);
@@ -731,18 +740,8 @@ static void test_permute_gather(void) {
       d.struct_size = v ? offsetof(dsk_moe_permute_desc, flags) : sizeof d;
       cnt[0] = cnt[1] = 0;
       TU_CHECK_OK(&C, dsk_moe_permute(g_ctx, &d));
-      const int keep = v == 0; /* the old size cannot carry the flag: padding written 0 */
-      int64_t wrong2 = 0;
-      for (int64_t rr = 0; rr < Msum; rr++) {
-        wrong2 += mind[rr] != L.mind[rr];
-        int64_t src = -1;
-        for (int64_t i = 0; i < T * K; i++)
-          if (L.inv[i] == rr) src = i / K;
-        const uint8_t pa = keep ? 0xCD : 0;
-        for (int64_t h = 0; h < H; h++) wrong2 += A_[rr * H + h] != (src >= 0 ? xq[src * H + h] : pa);
-        for (int64_t g = 0; g < 2; g++) wrong2 += As[rr * 2 + g] != (src >= 0 ? xs[src * 2 + g] : pa);
-      }
-      for (int64_t i = 0; i < T * K; i++) wrong2 += inv[i] != L.inv[i];
+      /* the old size cannot carry the flag: padding written 0 */
+      const int64_t wrong2 = perm_wrong(&L, T, K, H, xq, xs, A_, As, mind, inv, v == 0 ? 0xCD : 0);
       TU_CHECK(&C, wrong2 == 0, "permute case %zu flags NO_PAD_FILL, struct_size %s: %lld wrong values", c,
                v ? "offsetof(flags)" : "sizeof", (long long)wrong2);
       TU_CHECK(&C, cnt[0] == bad && cnt[1] == dropped, "permute case %zu NO_PAD_FILL: counters %lld %lld", c,

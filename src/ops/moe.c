@@ -176,6 +176,21 @@ dsk_status dsk_sf_pack_mn_major(dsk_ctx *ctx, const dsk_sf_pack_desc *d) {
   return ctx->backend->sf_pack_mn_major(ctx, d);
 }
 
+/* ================================================= grown descriptors */
+/* A descriptor that grew a trailing field: a caller built before it
+ * (struct_size >= old_size) is served from a full-size copy whose missing
+ * fields are zero. */
+dsk_status dsk__moe_grown_copy(const char *op, const void *d, size_t got, size_t old_size, size_t full, void *c,
+                               const char *type) {
+  if (got < old_size)
+    return dsk__fail(DSK_STATUS_INVALID_ARG, "%s: struct_size %zu < sizeof(%s) %zu (set it with sizeof)", op, got,
+                     type, full);
+  memset(c, 0, full);
+  memcpy(c, d, got < full ? got : full);
+  *(size_t *)c = full; /* struct_size is every descriptor's first field */
+  return DSK_STATUS_OK;
+}
+
 /* ============================================================ routing */
 /* dsk_moe_route_desc grew workspace / workspace_bytes at its end: a caller
  * built before them (struct_size = offsetof(workspace)) still works, without
@@ -184,13 +199,7 @@ dsk_status dsk_sf_pack_mn_major(dsk_ctx *ctx, const dsk_sf_pack_desc *d) {
 #define ROUTE_OLD_SIZE offsetof(dsk_moe_route_desc, workspace)
 static dsk_status route_copy(const dsk_ctx *ctx, const dsk_moe_route_desc *d, dsk_moe_route_desc *c) {
   TRY(check_ctx_desc(ctx, d, OP_ROUTE));
-  if (d->struct_size < ROUTE_OLD_SIZE)
-    return dsk__fail(DSK_STATUS_INVALID_ARG, "%s: struct_size %zu < sizeof(dsk_moe_route_desc) %zu (set it with sizeof)",
-                     OP_ROUTE, d->struct_size, sizeof *d);
-  memset(c, 0, sizeof *c);
-  memcpy(c, d, d->struct_size < sizeof *c ? d->struct_size : sizeof *c);
-  c->struct_size = sizeof *c;
-  return DSK_STATUS_OK;
+  return dsk__moe_grown_copy(OP_ROUTE, d, d->struct_size, ROUTE_OLD_SIZE, sizeof *c, c, "dsk_moe_route_desc");
 }
 
 /* The router workspace (fp64 logits [T, E]) when logits are computed from
@@ -281,20 +290,6 @@ dsk_status dsk_moe_route(dsk_ctx *ctx, const dsk_moe_route_desc *d) {
   return ctx->backend->moe_route(ctx, &c);
 }
 
-/* A descriptor that grew a trailing field: a caller built before it
- * (struct_size >= old_size) is served from a full-size copy whose missing
- * fields are zero. */
-dsk_status dsk__moe_grown_copy(const char *op, const void *d, size_t got, size_t old_size, size_t full, void *c,
-                               const char *type) {
-  if (got < old_size)
-    return dsk__fail(DSK_STATUS_INVALID_ARG, "%s: struct_size %zu < sizeof(%s) %zu (set it with sizeof)", op, got,
-                     type, full);
-  memset(c, 0, full);
-  memcpy(c, d, got < full ? got : full);
-  *(size_t *)c = full; /* struct_size is every descriptor's first field */
-  return DSK_STATUS_OK;
-}
-
 /* ============================================================ permute */
 #define PERM_OLD_SIZE offsetof(dsk_moe_permute_desc, flags)
 static dsk_status perm_copy(const dsk_ctx *ctx, const dsk_moe_permute_desc *d, dsk_moe_permute_desc *c) {
@@ -355,6 +350,12 @@ dsk_status dsk_moe_permute(dsk_ctx *ctx, const dsk_moe_permute_desc *desc) {
 }
 
 /* ====================================================== SwiGLU + quant */
+#define SWIGLU_OLD_SIZE offsetof(dsk_swiglu_quant_desc, flags)
+static dsk_status swiglu_copy(const dsk_ctx *ctx, const dsk_swiglu_quant_desc *d, dsk_swiglu_quant_desc *c) {
+  TRY(check_ctx_desc(ctx, d, OP_SWIGLU));
+  return dsk__moe_grown_copy(OP_SWIGLU, d, d->struct_size, SWIGLU_OLD_SIZE, sizeof *c, c, "dsk_swiglu_quant_desc");
+}
+
 static dsk_status swiglu_validate(const dsk_ctx *ctx, const dsk_swiglu_quant_desc *d) {
   const char *op = OP_SWIGLU;
   TRY(check_ctx_desc(ctx, d, op));
@@ -379,11 +380,9 @@ static dsk_status swiglu_validate(const dsk_ctx *ctx, const dsk_swiglu_quant_des
   return DSK_STATUS_OK;
 }
 
-#define SWIGLU_OLD_SIZE offsetof(dsk_swiglu_quant_desc, flags)
 dsk_status dsk_swiglu_quant(dsk_ctx *ctx, const dsk_swiglu_quant_desc *desc) {
   dsk_swiglu_quant_desc c, *d = &c;
-  TRY(check_ctx_desc(ctx, desc, OP_SWIGLU));
-  TRY(dsk__moe_grown_copy(OP_SWIGLU, desc, desc->struct_size, SWIGLU_OLD_SIZE, sizeof c, &c, "dsk_swiglu_quant_desc"));
+  TRY(swiglu_copy(ctx, desc, &c));
   TRY(swiglu_validate(ctx, d));
   if (d->rows == 0) return DSK_STATUS_OK;
   if (!ctx->backend->swiglu_quant) return not_served(ctx, OP_SWIGLU);
@@ -447,10 +446,8 @@ dsk_status dsk__moe_validate(const dsk_ctx *ctx, int op, const void *desc) {
     case DSK_OP_MOE_GEMM:
       return dsk__moe_gemm_validate(ctx, (const dsk_moe_gemm_desc *)desc, 1, DSK__TUNE_FOLLOW, &t, NULL);
     case DSK_OP_MOE_SWIGLU_QUANT: {
-      const dsk_swiglu_quant_desc *sd = (const dsk_swiglu_quant_desc *)desc;
       dsk_swiglu_quant_desc sc;
-      TRY(check_ctx_desc(ctx, sd, OP_SWIGLU));
-      TRY(dsk__moe_grown_copy(OP_SWIGLU, sd, sd->struct_size, SWIGLU_OLD_SIZE, sizeof sc, &sc, "dsk_swiglu_quant_desc"));
+      TRY(swiglu_copy(ctx, (const dsk_swiglu_quant_desc *)desc, &sc));
       return swiglu_validate(ctx, &sc);
     }
     case DSK_OP_MOE_GATHER: return gather_validate(ctx, (const dsk_moe_gather_desc *)desc);
