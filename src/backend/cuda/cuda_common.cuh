@@ -67,6 +67,16 @@ static inline cudaError_t dsk__launch_dep(bool pdl, void (*kernel)(KArgs...), di
 #define DSK_MOE_PDL 1
 #endif
 
+/* A MoE kernel's launch (moe_ops.cu, moe_route.cu, moe_gemm.cu): PDL
+ * unless DSK_MOE_PDL is 0. Each such kernel executes dsk_ptx::pdl_wait()
+ * before its first global access, so the stream order is kept and only the
+ * launch latency overlaps the previous kernel's tail. */
+template <typename... KArgs, typename... Args>
+static inline cudaError_t moe_launch(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t st,
+                                     Args... args) {
+  return dsk__launch_dep(DSK_MOE_PDL != 0, kernel, grid, block, smem, st, args...);
+}
+
 /* dsk__launch_dep(true, ...) */
 template <typename... KArgs, typename... Args>
 static inline cudaError_t dsk__launch_pdl(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem,

@@ -3,18 +3,6 @@
  * namespace, after cuda_common.cuh. */
 #define MOE_SET_DEVICE(what) DSK_CUDA_TRY(what, cudaSetDevice(dsk__cuda_state(ctx)->device))
 
-/* The MoE kernels are launched with programmatic dependent launch
- * (moe_launch; -DDSK_MOE_PDL=0 gives plain launches for an A/B): each
- * executes moe_dep_wait() before its first global memory access, so the
- * stream order is kept and only the launch latency overlaps the previous
- * kernel's tail. */
-__device__ __forceinline__ void moe_dep_wait() { asm volatile("griddepcontrol.wait;\n" ::: "memory"); }
-template <typename... KArgs, typename... Args>
-static inline cudaError_t moe_launch(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t st,
-                                     Args... args) {
-  return dsk__launch_dep(DSK_MOE_PDL != 0, kernel, grid, block, smem, st, args...);
-}
-
 constexpr unsigned kFull = 0xffffffffu;
 constexpr int kThreads = 256;
 constexpr int64_t kMaxGrid = 1 << 20;

@@ -518,7 +518,7 @@ __global__ void __launch_bounds__(Cfg<BM, BN, MX, F16>::THREADS, Cfg<BM, BN, MX,
  * tiled kernel: griddepcontrol.wait before any read. */
 constexpr int kReduceThreads = 128;
 __global__ void __launch_bounds__(kReduceThreads) splitk_reduce_kernel(const GemmArgs p) {
-  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+  dsk_ptx::pdl_wait();
   const int64_t c = ((int64_t)blockIdx.x * kReduceThreads + threadIdx.x) * 4;
   if (c >= p.N) return;
   const int64_t slice = p.M * p.N;
@@ -630,7 +630,7 @@ dsk_status launch_tiled(const dsk_ctx *ctx, const GemmArgs &a, cudaStream_t s, c
   GemmArgs t = a;
   t.KT = a.KT / a.ksplit;
   const dim3 grid(dsk__ceil_div_u(a.N, BN), (unsigned)gy, (unsigned)(gz * a.ksplit));
-  DSK_CUDA_TRY(what, dsk__launch_dep(DSK_MOE_PDL != 0, moe_gemm_kernel<BM, BN, MX, F16>, grid, dim3(C::THREADS),
+  DSK_CUDA_TRY(what, moe_launch(moe_gemm_kernel<BM, BN, MX, F16>, grid, dim3(C::THREADS),
                                      (size_t)C::SMEM, s, t));
   if (a.ksplit > 1) {
     const dim3 rgrid(dsk__ceil_div_u(a.N / 4, kReduceThreads), (unsigned)(a.M < 65535 ? a.M : 65535));
@@ -649,7 +649,7 @@ dsk_status launch_skinny_ks(const GemmArgs &a, cudaStream_t s, const char *what)
                                           cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
   const int64_t gy = a.mblocks < 65535 ? a.mblocks : 65535, gz = (a.mblocks + 65534) / 65535;
   const dim3 grid(dsk__ceil_div_u(a.N, 16 * NW / KS), (unsigned)gy, (unsigned)gz);
-  DSK_CUDA_TRY(what, dsk__launch_dep(DSK_MOE_PDL != 0, moe_gemm_skinny_kernel<NW, ST, MX, KS, TPS>, grid,
+  DSK_CUDA_TRY(what, moe_launch(moe_gemm_skinny_kernel<NW, ST, MX, KS, TPS>, grid,
                                      dim3(S::THREADS), (size_t)smem, s, a));
   return DSK_STATUS_OK;
 }
@@ -767,7 +767,7 @@ dsk_status launch_bn(const dsk_ctx *ctx, const GemmArgs &a, cudaStream_t s, int 
 dsk_status launch_simple(const GemmArgs &a, cudaStream_t s, int mx, const char *what) {
   const int64_t gy = a.M < 65535 ? a.M : 65535;
   const dim3 grid(dsk__ceil_div_u(a.N, 128), (unsigned)gy);
-  DSK_CUDA_TRY(what, dsk__launch_dep(DSK_MOE_PDL != 0, moe_gemm_simple_kernel, grid, dim3(128), 0, s, a, mx));
+  DSK_CUDA_TRY(what, moe_launch(moe_gemm_simple_kernel, grid, dim3(128), 0, s, a, mx));
   return DSK_STATUS_OK;
 }
 

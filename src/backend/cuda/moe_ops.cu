@@ -71,6 +71,7 @@
 #include <type_traits>
 
 #include "cuda_common.cuh"
+#include "ptx.cuh"
 #include "format/mxfp4.h"
 
 namespace {
@@ -93,7 +94,7 @@ struct MxqParams {
 /* One thread per (row, 32-block): the reference's block rule itself. */
 template <bool F32>
 __global__ void __launch_bounds__(kThreads) mx_quantize_kernel(MxqParams p) {
-  moe_dep_wait(); /* before any global access (PDL) */
+  dsk_ptx::pdl_wait(); /* before any global access (PDL) */
   const int64_t total = p.rows * p.nb;
   int bad = 0;
   for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total; i += (int64_t)gridDim.x * blockDim.x) {
@@ -183,7 +184,7 @@ __device__ __forceinline__ uint8_t quant128_group(const Q128Params &p, int64_t r
  * (packed output only) write the zero padding words. */
 template <int MODE, bool F32>
 __global__ void quant128_kernel(Q128Params p) {
-  moe_dep_wait(); /* before any global access (PDL) */
+  dsk_ptx::pdl_wait(); /* before any global access (PDL) */
   const int lane = threadIdx.x & 31;
   const int64_t wid = (blockIdx.x * (int64_t)blockDim.x + threadIdx.x) >> 5;
   const int64_t nwarps = ((int64_t)gridDim.x * blockDim.x) >> 5;
@@ -230,7 +231,7 @@ constexpr int64_t kQ128GroupItems = 4096;
  * real rows (packed output only) get zero words. */
 template <int MODE, bool F32>
 __global__ void __launch_bounds__(kThreads) quant128_group_kernel(Q128Params p) {
-  moe_dep_wait(); /* before any global access (PDL) */
+  dsk_ptx::pdl_wait(); /* before any global access (PDL) */
   const int lane = threadIdx.x & 31;
   const int64_t wid = (blockIdx.x * (int64_t)blockDim.x + threadIdx.x) >> 5;
   const int64_t nwarps = ((int64_t)gridDim.x * blockDim.x) >> 5;
@@ -266,7 +267,7 @@ __global__ void __launch_bounds__(kThreads) quant128_group_kernel(Q128Params p) 
  * a few live rows, so every (row, group) has a warp of its own. */
 constexpr int kLiveRows = 64, kLiveThreads = 128;
 __global__ void __launch_bounds__(kLiveThreads) swiglu_live_kernel(Q128Params p) {
-  moe_dep_wait(); /* before any global access (PDL) */
+  dsk_ptx::pdl_wait(); /* before any global access (PDL) */
   __shared__ int s_rows[kLiveRows];
   __shared__ unsigned s_ball[2];
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -324,7 +325,7 @@ dsk_status launch_q128(const Q128Params &p, cudaStream_t st, const char *what) {
 /* ======================================================= scale packing */
 __global__ void __launch_bounds__(kThreads) pack_words_kernel(int64_t rows, int64_t sf_k, const uint8_t *sf,
                                                                int64_t sf_stride, int32_t *out, int64_t out_stride) {
-  moe_dep_wait(); /* before any global access (PDL) */
+  dsk_ptx::pdl_wait(); /* before any global access (PDL) */
   const int64_t kp = (sf_k + 3) / 4, total = rows * kp;
   for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total; i += (int64_t)gridDim.x * blockDim.x) {
     const int64_t r = i / kp, pw = i - r * kp;
@@ -336,7 +337,7 @@ __global__ void __launch_bounds__(kThreads) pack_words_kernel(int64_t rows, int6
 __global__ void __launch_bounds__(kThreads) sf_pack_kernel(int64_t G, int64_t MN, int64_t sf_k, int gran_mn,
                                                             const uint8_t *sf, int64_t sf_stride,
                                                             int64_t sf_group_stride, int32_t *out) {
-  moe_dep_wait(); /* before any global access (PDL) */
+  dsk_ptx::pdl_wait(); /* before any global access (PDL) */
   const int64_t kp = (sf_k + 3) / 4, t4 = (MN + 3) / 4 * 4, total = G * kp * t4;
   for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total; i += (int64_t)gridDim.x * blockDim.x) {
     const int64_t g = i / (kp * t4), rem = i - g * (kp * t4);
@@ -405,7 +406,7 @@ __device__ __forceinline__ long long seg_start_scan(long long c, int64_t A, long
  * assignment (-1 ids, bad ids, other ranks' experts), bad ids counted, then
  * start = exclusive scan of round_up(cnt, A). */
 __global__ void __launch_bounds__(kCountThreads) perm_count_kernel(PermParams p) {
-  moe_dep_wait(); /* before any global access (PDL) */
+  dsk_ptx::pdl_wait(); /* before any global access (PDL) */
   __shared__ unsigned long long s_cnt[kCountThreads];
   __shared__ long long s_wsum[kCountThreads / 32];
   const int tid = threadIdx.x;
@@ -461,7 +462,7 @@ constexpr int kRankPer = 8; /* consecutive assignments per thread and tile */
 /* 2. One block per local expert l: its assignments in (t, k) order get rows
  * start[l] + rank (rank = a block scan of per-thread match counts). */
 __global__ void __launch_bounds__(kRankThreads) perm_rank_kernel(PermParams p) {
-  moe_dep_wait(); /* before any global access (PDL) */
+  dsk_ptx::pdl_wait(); /* before any global access (PDL) */
   __shared__ int s_w[kRankThreads / 32];
   const int64_t l = blockIdx.x;
   const int64_t cnt = p.cnt[l];
@@ -527,7 +528,7 @@ __global__ void __launch_bounds__(kRankThreads) perm_rank_kernel(PermParams p) {
 constexpr int kPermSmallNA = 1024;
 static_assert(kPermSmallNA <= kCountThreads, "one thread per assignment");
 __global__ void __launch_bounds__(kCountThreads) perm_plan_small_kernel(PermParams p) {
-  moe_dep_wait(); /* before any global access (PDL) */
+  dsk_ptx::pdl_wait(); /* before any global access (PDL) */
   __shared__ unsigned long long s_cnt[kCountThreads];
   __shared__ long long s_wsum[kCountThreads / 32];
   __shared__ int s_l[kPermSmallNA];
@@ -628,7 +629,7 @@ __device__ __forceinline__ void perm_copy_assignment(const PermParams &p, int64_
  * A and their scale bytes are not touched. */
 template <bool VEC>
 __global__ void __launch_bounds__(kRowThreads) perm_rows_live_kernel(PermParams p) {
-  moe_dep_wait(); /* before any global access (PDL) */
+  dsk_ptx::pdl_wait(); /* before any global access (PDL) */
   const int64_t NA = p.T * p.topk;
   const int64_t sfk = p.K / DSK_FMT_FP8_GROUP;
   const int tid = threadIdx.x;
@@ -645,7 +646,7 @@ __global__ void __launch_bounds__(kRowThreads) perm_rows_live_kernel(PermParams 
  * rows: a real row is written only by its assignment. */
 template <bool VEC>
 __global__ void __launch_bounds__(kRowThreads) perm_rows_kernel(PermParams p) {
-  moe_dep_wait(); /* before any global access (PDL) */
+  dsk_ptx::pdl_wait(); /* before any global access (PDL) */
   const int64_t NA = p.T * p.topk, items = p.M + NA;
   const int64_t sfk = p.K / DSK_FMT_FP8_GROUP;
   const int tid = threadIdx.x;
@@ -695,7 +696,7 @@ struct GatherParams {
 constexpr int kGatherThreads = 128;
 template <int V, int KMAX> /* topk <= KMAX = 8 (both models); gather_any_kernel takes more */
 __global__ void __launch_bounds__(kGatherThreads) gather_kernel(GatherParams p) {
-  moe_dep_wait(); /* before any global access (PDL) */
+  dsk_ptx::pdl_wait(); /* before any global access (PDL) */
   __shared__ int s_row[DSK_MOE_MAX_TOPK];
   __shared__ double s_w[DSK_MOE_MAX_TOPK];
   const int64_t t = blockIdx.y;
@@ -771,7 +772,7 @@ __global__ void __launch_bounds__(kGatherThreads) gather_kernel(GatherParams p) 
  * rounded fp64 -> fp32 -> bf16. */
 template <int V>
 __global__ void __launch_bounds__(kThreads) gather_any_kernel(GatherParams p) {
-  moe_dep_wait(); /* before any global access (PDL) */
+  dsk_ptx::pdl_wait(); /* before any global access (PDL) */
   const int64_t t = blockIdx.x;
   const int32_t *inv = p.inv + t * p.inv_stride;
   const float *wt = p.w + t * p.w_stride;

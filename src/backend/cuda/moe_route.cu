@@ -43,6 +43,7 @@
 #include <string.h>
 
 #include "cuda_common.cuh"
+#include "ptx.cuh"
 #include "format/mxfp4.h"
 
 namespace {
@@ -160,7 +161,7 @@ __global__ void __launch_bounds__(kLgThreads) route_logits_kernel(RouteParams p)
   constexpr int kU = TT == 1 ? 4 : TT == 2 ? 2 : 1;
   static_assert((1 << LG) == NV && LG <= 5, "NV: 2, 4, 8, 16 or 32");
   __shared__ double red[kLgWarps][NV];
-  moe_dep_wait(); /* before any global access (launched with PDL) */
+  dsk_ptx::pdl_wait(); /* before any global access (launched with PDL) */
   /* the selection kernel may launch now: it waits (griddepcontrol.wait) for
    * this whole grid before reading the logits */
   asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
@@ -271,7 +272,7 @@ __global__ void __launch_bounds__(RouteCfg<TB>::threads, 1) route_kernel(RoutePa
   if (tid < TB) nonfin_s[tid] = 0;             /* ordered before use by the barrier after step 1 */
   /* launched with PDL (p.zws): the logits kernel's writes are visible
    * after this; otherwise a no-op */
-  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+  dsk_ptx::pdl_wait();
 
   /* ---- 1. logits */
   if (p.logits || p.zws) { /* the given fp32 logits, or route_logits_kernel's fp64 ones */
