@@ -1376,7 +1376,15 @@ DSK_API dsk_status dsk_warmup_run(dsk_ctx *ctx, const dsk_warmup_list *list, uns
  * `reps` samples, each one call between two device events (CUDA) or two
  * monotonic clock reads after the call returns (CPU). With flush_l2 set, a
  * scratch buffer of 2 x L2 is written before each sample, outside the
- * timed region. Used by `dsk bench` and the tuner. */
+ * timed region. Used by `dsk bench` and the tuner.
+ *
+ * `repeat` (added at the end; a struct_size that ends before it reads as 0):
+ * the number of times one call of fn performs its unit of work back to back
+ * (for example the same ops on `repeat` distinct input sets). 0 and 1 mean
+ * once. Every sample (and min / max / median) is divided by it, and on CUDA
+ * the spin kernel that covers the host's enqueue time grows with it, so the
+ * result is the unit's time inside a stream of such units, without the
+ * fixed cost of the two events around a lone call. 0..10000. */
 typedef dsk_status (*dsk_bench_fn)(dsk_ctx *ctx, void *user);
 
 typedef struct dsk_bench_opts {
@@ -1385,6 +1393,7 @@ typedef struct dsk_bench_opts {
   int warmup;     /* >= 0 */
   int reps;       /* 1 .. 100000 */
   int flush_l2;   /* 1 = cold L2 before each sample */
+  int repeat;     /* units of work per call of fn (0 = 1); see above */
 } dsk_bench_opts;
 
 typedef struct dsk_bench_result {

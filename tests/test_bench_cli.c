@@ -1,4 +1,4 @@
-/* test_bench_cli.c - `dsk bench mhc`, `dsk bench indexer` and `dsk bench moe` run end to end
+/* test_bench_cli.c - `dsk bench mhc`, `sparse-mla`, `indexer` and `moe` run end to end
  * in quick mode (the harness functions behind the CLI): every call
  * succeeds, prints its comment lines, the CSV header and one row per (case,
  * op) with the header's column count. Timing is never asserted. The
@@ -64,11 +64,12 @@ static void test_mhc(dsk_ctx *ctx) {
   int rc = dsk_bench_mhc(ctx, &o, f);
   TU_CHECK(&counts, rc == 0, "dsk_bench_mhc quick returned %d: %s", rc, dsk_last_error());
   csv_stats s = scan(f, "model,D,T,S,op,");
-  /* 2 models x T {1, 4} x 6 ops */
+  /* 2 models x T {1, 4} x 7 ops (the stream row too: T <= 64) */
   TU_CHECK(&counts, s.header == 1 && s.comments >= 2, "mhc: header %d, comments %d", s.header, s.comments);
-  TU_CHECK(&counts, s.rows == 24, "mhc: %d rows, expected 24", s.rows);
+  TU_CHECK(&counts, s.rows == 28, "mhc: %d rows, expected 28", s.rows);
   TU_CHECK(&counts, s.bad_cols == 0, "mhc: %d rows with the wrong column count", s.bad_cols);
-  TU_CHECK(&counts, s.goals == 2, "mhc: %d goal cells, expected 2 (T=1 prenorm+pre+post per model)", s.goals);
+  TU_CHECK(&counts, s.goals == 4, "mhc: %d goal cells, expected 4 (T=1 prenorm+pre+post, lone and stream, per model)",
+           s.goals);
   printf("bench mhc quick: %d rows in %.1f s; first: %s", s.rows, (tu_now_us() - t0) * 1e-6, s.first_row);
   fclose(f);
 
@@ -91,6 +92,18 @@ static void test_mhc(dsk_ctx *ctx) {
   rc = dsk_bench_mhc(ctx, &o, f);
   s = scan(f, "model,D,T,S,op,");
   TU_CHECK(&counts, rc == 0 && s.rows == 0 && s.header == 1, "mhc empty: rc %d, %d rows", rc, s.rows);
+  /* the stream row alone */
+  fclose(f);
+  f = tmpfile();
+  if (!f) return;
+  o.only_T = 1;
+  o.op = "prenorm+pre+post/stream16";
+  rc = dsk_bench_mhc(ctx, &o, f);
+  s = scan(f, "model,D,T,S,op,");
+  TU_CHECK(&counts, rc == 0 && s.rows == 1 && s.goals == 1, "mhc stream row: rc %d, %d rows, %d goals", rc, s.rows,
+           s.goals);
+  TU_CHECK(&counts, strncmp(s.first_row, "dsv4-pro,7168,1,1,prenorm+pre+post/stream16,", 44) == 0,
+           "mhc stream row: %s", s.first_row);
   o.only_T = 0;
   o.op = "sinkhorn";
   rc = dsk_bench_mhc(ctx, &o, f);
@@ -187,6 +200,54 @@ static void test_moe(dsk_ctx *ctx) {
   fclose(f);
 }
 
+/* `dsk bench sparse-mla` in quick mode (16 MiB pools), one case: DSv4-Flash
+ * H 8, its three layer kinds at T 1, 4, 16 and 64; rows of T <= 16 also fill
+ * the stream16_us column (16 calls on distinct inputs in one timed call),
+ * the T 64 rows leave it empty. */
+static void test_sparse_mla(dsk_ctx *ctx) {
+  FILE *f = tmpfile();
+  TU_CHECK(&counts, f != NULL, "tmpfile");
+  if (!f) return;
+  dsk_bench_mla_opts o;
+  memset(&o, 0, sizeof o);
+  o.quick = 1;
+  o.reps = 2;
+  o.warm = 1;
+  o.model = "flash";
+  o.only_H = 8;
+  o.max_T = 64;
+  const double t0 = tu_now_us();
+  int rc = dsk_bench_sparse_mla(ctx, &o, f);
+  TU_CHECK(&counts, rc == 0, "dsk_bench_sparse_mla quick returned %d: %s", rc, dsk_last_error());
+  rewind(f);
+  char line[1024];
+  int rows = 0, header = 0, with_stream = 0, bad = 0;
+  while (fgets(line, sizeof line, f)) {
+    if (line[0] == '#' || line[0] == '\n') continue;
+    if (strncmp(line, "model,layer,", 12) == 0) {
+      header += count_commas(line) == 18 && strstr(line, ",stream16_us\n") != NULL;
+      continue;
+    }
+    rows++;
+    const char *tcol = strstr(line, ",B,");
+    if (strncmp(line, "dsv4-flash,swa+c", 16) != 0 || !tcol || count_commas(line) != 18) {
+      bad++;
+      continue;
+    }
+    const char *last = strrchr(line, ',');
+    const int T = atoi(tcol + 3);
+    const double su = last ? atof(last + 1) : 0;
+    if (T <= 16) with_stream += last && last[1] != '\n' && su > 0;
+    else bad += last && last[1] != '\n';
+  }
+  /* rows: swa+c4a, swa+c128a 256 and 1024 at H 8, T 1, 4, 16, 64 */
+  TU_CHECK(&counts, header == 1 && rows == 12 && bad == 0, "sparse-mla: header %d, %d rows (expected 12), %d bad", header,
+           rows, bad);
+  TU_CHECK(&counts, with_stream == 9, "sparse-mla: %d rows of T <= 16 with a stream time (expected 9)", with_stream);
+  printf("bench sparse-mla quick: %d rows in %.1f s\n", rows, (tu_now_us() - t0) * 1e-6);
+  fclose(f);
+}
+
 /* tu_fill_bf16_normal_rep: n values, a block of min(n, 2^20 + 13) normals
  * repeated; sizes around the period (a fill at exactly 2^20 elements once
  * wrote 13 elements past the buffer: dsk bench mhc at T 64). */
@@ -217,6 +278,7 @@ int main(void) {
   TU_CHECK(&counts, ctx != NULL, "context");
   if (!ctx) return tu_finish("test_bench_cli", &counts);
   test_mhc(ctx);
+  test_sparse_mla(ctx);
   test_indexer(ctx);
   test_moe(ctx);
   dsk_ctx_destroy(ctx);

@@ -4,9 +4,11 @@
  * once-per-process warnings, backend queries, memory services and
  * dsk_op_supported. */
 #include <pthread.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "core/core.h" /* dsk__warn_once, dsk__log (internal) */
 #include "testutil.h"
@@ -731,6 +733,84 @@ static void test_op_supported(void) {
   dsk_ctx_destroy(ctx);
 }
 
+/* ------------------------------------------------------ dsk_bench_run
+ * The callable counts its calls and sleeps `units` x 2 ms, so a sample of
+ * one call is >= 2 ms per unit; with repeat = units each sample is divided
+ * by it. The only timing relation checked is a factor of 100 between two
+ * medians of sleeps (robust on a loaded machine); the rest is counting and
+ * argument checks. */
+typedef struct bench_probe {
+  int calls, units;
+} bench_probe;
+
+static dsk_status bench_probe_fn(dsk_ctx *ctx, void *user) {
+  (void)ctx;
+  bench_probe *p = (bench_probe *)user;
+  p->calls++;
+  for (int i = 0; i < p->units; i++) {
+    struct timespec ts = {0, 2000000};
+    nanosleep(&ts, NULL);
+  }
+  return DSK_STATUS_OK;
+}
+
+static void test_bench_run(void) {
+  dsk_ctx *ctx = NULL;
+  if (make(&ctx, "cpu", NULL, DSK_LOG_OFF) != DSK_STATUS_OK) {
+    TU_CHECK(&counts, 0, "cpu ctx: %s", dsk_last_error());
+    return;
+  }
+  bench_probe p = {0, 1};
+  dsk_bench_opts o;
+  memset(&o, 0, sizeof o);
+  o.struct_size = sizeof o;
+  o.warmup = 1;
+  o.reps = 3;
+  dsk_bench_result r1, r2;
+  memset(&r1, 0, sizeof r1);
+  r1.struct_size = sizeof r1;
+  r2 = r1;
+  dsk_status st = dsk_bench_run(ctx, bench_probe_fn, &p, &o, &r1);
+  TU_CHECK(&counts, st == DSK_STATUS_OK && p.calls == 4 && r1.reps == 3, "bench_run: %s, %d calls, reps %d",
+           dsk_status_name(st), p.calls, r1.reps);
+  TU_CHECK(&counts, r1.median_us >= 1900.0 && r1.min_us <= r1.median_us && r1.median_us <= r1.max_us,
+           "bench_run: one 2 ms unit measured %.1f us (min %.1f max %.1f)", r1.median_us, r1.min_us, r1.max_us);
+  /* repeat: 100 units per call of fn, each sample divided by 100 */
+  p.calls = 0;
+  p.units = 100;
+  o.warmup = 0;
+  o.reps = 1;
+  o.repeat = 100;
+  st = dsk_bench_run(ctx, bench_probe_fn, &p, &o, &r2);
+  TU_CHECK(&counts, st == DSK_STATUS_OK && p.calls == 1, "bench_run repeat: %s, %d calls", dsk_status_name(st),
+           p.calls);
+  TU_CHECK(&counts, r2.median_us >= 1900.0 && r2.median_us * 10.0 < 100.0 * r1.median_us,
+           "bench_run repeat 100: %.1f us per unit (one unit alone %.1f)", r2.median_us, r1.median_us);
+  /* an opts struct from before `repeat` (struct_size ends before it): once */
+  p.calls = 0;
+  p.units = 1;
+  o.struct_size = offsetof(dsk_bench_opts, repeat);
+  o.repeat = 1000; /* beyond the old struct: must not be read */
+  st = dsk_bench_run(ctx, bench_probe_fn, &p, &o, &r2);
+  TU_CHECK(&counts, st == DSK_STATUS_OK && p.calls == 1 && r2.median_us >= 1900.0,
+           "bench_run old struct_size: %s, %d calls, %.1f us", dsk_status_name(st), p.calls, r2.median_us);
+  /* bad arguments: nothing is called */
+  o.struct_size = sizeof o;
+  const int bad_repeat[] = {-1, 10001};
+  for (int i = 0; i < 2; i++) {
+    o.repeat = bad_repeat[i];
+    p.calls = 0;
+    st = dsk_bench_run(ctx, bench_probe_fn, &p, &o, &r2);
+    TU_CHECK(&counts, st == DSK_STATUS_INVALID_ARG && p.calls == 0 && strstr(dsk_last_error(), "repeat"),
+             "bench_run repeat %d: %s (%s)", bad_repeat[i], dsk_status_name(st), dsk_last_error());
+  }
+  o.repeat = 0;
+  o.struct_size = offsetof(dsk_bench_opts, repeat) - 1;
+  st = dsk_bench_run(ctx, bench_probe_fn, &p, &o, &r2);
+  TU_CHECK(&counts, st == DSK_STATUS_INVALID_ARG, "bench_run short struct_size: %s", dsk_status_name(st));
+  dsk_ctx_destroy(ctx);
+}
+
 int main(void) {
   /* Deterministic start whatever the caller's shell exports. */
   unsetenv("DSK_BACKEND");
@@ -745,5 +825,6 @@ int main(void) {
   test_backend_query();
   test_mem();
   test_op_supported();
+  test_bench_run();
   return tu_finish("test_core", &counts);
 }

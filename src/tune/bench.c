@@ -1,6 +1,7 @@
 /* bench.c - timing driver shared by `dsk bench` and the tuner: argument
  * checks, the median over the backend's samples, and the copy-bandwidth
  * measurement. The backends supply the clock (events or monotonic). */
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -16,17 +17,28 @@ dsk_status dsk_bench_run(dsk_ctx *ctx, dsk_bench_fn fn, void *user, const dsk_be
   if (!ctx) return dsk__fail(DSK_STATUS_INVALID_ARG, "dsk_bench_run: ctx is NULL");
   if (!fn) return dsk__fail(DSK_STATUS_INVALID_ARG, "dsk_bench_run: fn is NULL");
   if (!o || !r) return dsk__fail(DSK_STATUS_INVALID_ARG, "dsk_bench_run: %s is NULL", o ? "result" : "opts");
-  if (o->struct_size < sizeof *o || r->struct_size < sizeof *r)
+  /* opts grew `repeat` at its end: a struct_size that stops before it reads
+   * it as 0 (once) */
+  if (o->struct_size < offsetof(dsk_bench_opts, repeat) || r->struct_size < sizeof *r)
     return dsk__fail(DSK_STATUS_INVALID_ARG, "dsk_bench_run: struct_size too small (opts %zu, result %zu)",
                      o->struct_size, r->struct_size);
+  dsk_bench_opts oo;
+  memset(&oo, 0, sizeof oo);
+  memcpy(&oo, o, o->struct_size < sizeof oo ? o->struct_size : sizeof oo);
+  oo.struct_size = sizeof oo;
+  o = &oo;
   if (o->warmup < 0 || o->reps < 1 || o->reps > 100000)
     return dsk__fail(DSK_STATUS_INVALID_ARG, "dsk_bench_run: warmup %d / reps %d out of range", o->warmup, o->reps);
+  if (o->repeat < 0 || o->repeat > 10000)
+    return dsk__fail(DSK_STATUS_INVALID_ARG, "dsk_bench_run: repeat %d out of range (0..10000)", o->repeat);
+  if (o->repeat == 0) oo.repeat = 1;
   if (!ctx->backend->bench_samples)
     return dsk__fail(DSK_STATUS_UNSUPPORTED, "dsk_bench_run: backend %s has no timer", ctx->backend->name);
   double *s = (double *)malloc(sizeof(double) * (size_t)o->reps);
   if (!s) return dsk__fail(DSK_STATUS_OUT_OF_MEMORY, "dsk_bench_run: out of host memory");
   dsk_status st = ctx->backend->bench_samples(ctx, fn, user, o, s);
   if (st == DSK_STATUS_OK) {
+    for (int i = 0; i < o->reps; i++) s[i] /= (double)o->repeat;
     qsort(s, (size_t)o->reps, sizeof *s, cmp_double);
     int n = o->reps;
     r->median_us = n % 2 ? s[n / 2] : 0.5 * (s[n / 2 - 1] + s[n / 2]);

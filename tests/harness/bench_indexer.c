@@ -343,7 +343,7 @@ int dsk_bench_indexer(dsk_ctx *ctx, const dsk_bench_indexer_opts *o, FILE *out) 
         for (int op = 0; op < OPI_COUNT && !rc; op++) {
           if (op_only >= 0 && op != op_only) continue;
           r.op = op;
-          dsk_bench_opts bo = {sizeof bo, NULL, o->quick ? 1 : 3, o->reps > 0 ? o->reps : 20, !o->warm};
+          dsk_bench_opts bo = {sizeof bo, NULL, o->quick ? 1 : 3, o->reps > 0 ? o->reps : 20, !o->warm, 1};
           dsk_bench_result br;
           memset(&br, 0, sizeof br);
           br.struct_size = sizeof br;

@@ -2,7 +2,8 @@
  * the model shapes of issue 6 (spec/mhc.md §5), with the device copy
  * bandwidth measured in the same run. Per (model, T): prenorm + pre + post
  * as one timed callable (the spec's T = 1 latency goal is for these three
- * together), then each op alone, and hc_head. Inputs are the harness's
+ * together), the same three ops on 16 distinct input sets back to back (per
+ * sublayer inside a stream, T <= 64), then each op alone, and hc_head. Inputs are the harness's
  * (check_mhc.c), L2 flushed before every sample unless warm.
  *
  * Bytes per spec §5: fn (24 x nD x 4) + every read of R (T x nD x 2 per op
@@ -26,11 +27,26 @@ static const mhc_model k_models[] = {{"dsv4-flash", 4096}, {"dsv4-pro", 7168}};
 static const int k_T[] = {1, 4, 16, 64, 256, 1024, 4096};
 static const int k_T_quick[] = {1, 4};
 
-enum { OP_ALL3, OP_PRENORM, OP_PRE, OP_PRE_NORM, OP_POST, OP_HEAD, OP_COUNT };
-static const char *const k_op_names[OP_COUNT] = {"prenorm+pre+post", "prenorm", "pre", "pre+norm", "post", "head"};
+enum { OP_ALL3, OP_STREAM, OP_PRENORM, OP_PRE, OP_PRE_NORM, OP_POST, OP_HEAD, OP_COUNT };
+static const char *const k_op_names[OP_COUNT] = {"prenorm+pre+post", "prenorm+pre+post/stream16", "prenorm", "pre",
+                                                 "pre+norm", "post", "head"};
+
+/* The stream row: the three ops on kStreamSets distinct input sets back to
+ * back in one timed call (dsk_bench_opts.repeat), so every set's bytes are
+ * read cold once per sample and the result is one sublayer's mHC time
+ * inside a stream of sublayers, without the fixed cost of the events around
+ * a lone call. Only for T <= kStreamMaxT (the goals are at T 1 and 64). */
+enum { kStreamSets = 16, kStreamMaxT = 64 };
+
+typedef struct mhc_chain {
+  dsk_mhc_prenorm_desc pn;
+  dsk_mhc_pre_desc pre;
+  dsk_mhc_post_desc post;
+} mhc_chain;
 
 typedef struct mhc_run {
   int op;
+  const mhc_chain *sets; /* OP_STREAM: kStreamSets chains on distinct buffers */
   dsk_mhc_prenorm_desc pn;
   dsk_mhc_pre_desc pre;  /* plain: y, post, C */
   dsk_mhc_pre_desc pren; /* with the fused RMSNorm */
@@ -47,6 +63,13 @@ static dsk_status run_once(dsk_ctx *ctx, void *user) {
       if (st == DSK_STATUS_OK) st = dsk_mhc_pre(ctx, &r->pre);
       if (st == DSK_STATUS_OK) st = dsk_mhc_post(ctx, &r->post);
       return st;
+    case OP_STREAM:
+      for (int i = 0; i < kStreamSets && st == DSK_STATUS_OK; i++) {
+        st = dsk_mhc_prenorm(ctx, &r->sets[i].pn);
+        if (st == DSK_STATUS_OK) st = dsk_mhc_pre(ctx, &r->sets[i].pre);
+        if (st == DSK_STATUS_OK) st = dsk_mhc_post(ctx, &r->sets[i].post);
+      }
+      return st;
     case OP_PRENORM: return dsk_mhc_prenorm(ctx, &r->pn);
     case OP_PRE: return dsk_mhc_pre(ctx, &r->pre);
     case OP_PRE_NORM: return dsk_mhc_pre(ctx, &r->pren);
@@ -60,7 +83,8 @@ static double op_bytes(int op, int64_t T, int64_t D) {
   const double nD = 4.0 * (double)D;
   const double fn = 24.0 * nD * 4, R = (double)T * nD * 2, y = (double)T * D * 2, pc = (double)T * (4 + 16) * 4;
   switch (op) {
-    case OP_ALL3: return fn + R + (R + y + pc) + (R + R);
+    case OP_ALL3:
+    case OP_STREAM: return fn + R + (R + y + pc) + (R + R);
     case OP_PRENORM: return fn + R;
     case OP_PRE: return R + y + pc;
     case OP_PRE_NORM: return R + y + pc + 4.0 * (double)D;
@@ -137,6 +161,70 @@ static dsk_status bufs_make(dsk_ctx *ctx, tu_rng *rng, int64_t D, int64_t Tmax, 
   free(hfn);
   free(nw);
   return st;
+}
+
+/* The stream row's input sets: R, out, fn, partials and every output of
+ * the three ops per set (scale and base, 96 bytes, are shared), filled like
+ * the main set. */
+typedef struct mhc_sets {
+  int n;
+  void *p[kStreamSets][8]; /* R, out, fn, part, y, post, C, Ro */
+} mhc_sets;
+
+static void sets_free(dsk_ctx *ctx, mhc_sets *m) {
+  for (int i = 0; i < m->n; i++)
+    for (int k = 0; k < 8; k++) dsk_mem_free(ctx, m->p[i][k]);
+  memset(m, 0, sizeof *m);
+}
+
+static dsk_status sets_make(dsk_ctx *ctx, tu_rng *rng, int64_t D, int64_t Tmax, mhc_sets *m) {
+  const int64_t nD = 4 * D, smax = dsk_mhc_max_splits(nD);
+  memset(m, 0, sizeof *m);
+  const size_t nR = (size_t)(Tmax * nD), nO = (size_t)(Tmax * D), nF = (size_t)(24 * nD);
+  dsk_bf16 *R = malloc(sizeof(dsk_bf16) * nR), *out = malloc(sizeof(dsk_bf16) * nO);
+  float *fn = malloc(sizeof(float) * nF);
+  dsk_status st = R && out && fn ? DSK_STATUS_OK : DSK_STATUS_OUT_OF_MEMORY;
+  for (int i = 0; i < kStreamSets && st == DSK_STATUS_OK; i++) {
+    tu_fill_bf16_normal_rep(rng, R, nR, 1.0);
+    tu_fill_bf16_normal_rep(rng, out, nO, 1.0);
+    for (size_t k = 0; k < nF; k++) fn[k] = (float)(tu_normal(rng) / sqrt((double)nD));
+    m->n = i + 1;
+    m->p[i][0] = bput(ctx, R, sizeof(dsk_bf16) * nR, &st);
+    m->p[i][1] = bput(ctx, out, sizeof(dsk_bf16) * nO, &st);
+    m->p[i][2] = bput(ctx, fn, sizeof(float) * nF, &st);
+    m->p[i][3] = balloc(ctx, (size_t)(smax * Tmax * 100), &st);
+    m->p[i][4] = balloc(ctx, sizeof(dsk_bf16) * nO, &st);
+    m->p[i][5] = balloc(ctx, sizeof(float) * (size_t)(Tmax * 4), &st);
+    m->p[i][6] = balloc(ctx, sizeof(float) * (size_t)(Tmax * 16), &st);
+    m->p[i][7] = balloc(ctx, sizeof(dsk_bf16) * nR, &st);
+  }
+  free(R);
+  free(out);
+  free(fn);
+  return st;
+}
+
+/* The chains of the stream row: the case's descriptors on set i's buffers. */
+static void chains_make(const mhc_run *r, const mhc_sets *m, mhc_chain *c) {
+  for (int i = 0; i < kStreamSets; i++) {
+    void *const *p = m->p[i];
+    c[i].pn = r->pn;
+    c[i].pn.R = p[0];
+    c[i].pn.fn = p[2];
+    c[i].pn.partials = p[3];
+    c[i].pre = r->pre;
+    c[i].pre.partials = p[3];
+    c[i].pre.R = p[0];
+    c[i].pre.y = p[4];
+    c[i].pre.post = p[5];
+    c[i].pre.C = p[6];
+    c[i].post = r->post;
+    c[i].post.out = p[1];
+    c[i].post.R = p[0];
+    c[i].post.post = p[5];
+    c[i].post.C = p[6];
+    c[i].post.R_out = p[7];
+  }
 }
 
 /* The descriptors of one (D, T) case; S resolved by the prenorm plan. */
@@ -238,7 +326,8 @@ int dsk_bench_mhc(dsk_ctx *ctx, const dsk_bench_mhc_opts *o, FILE *out) {
     for (int i = 0; i < OP_COUNT; i++)
       if (strcmp(o->op, k_op_names[i]) == 0) op_only = i;
     if (op_only < 0) {
-      fprintf(stderr, "bench: unknown mhc op '%s' (prenorm+pre+post, prenorm, pre, pre+norm, post, head)\n", o->op);
+      fprintf(stderr, "bench: unknown mhc op '%s' (prenorm+pre+post, prenorm+pre+post/stream16, prenorm, pre, pre+norm, post, "
+              "head)\n", o->op);
       return 1;
     }
   }
@@ -268,11 +357,22 @@ int dsk_bench_mhc(dsk_ctx *ctx, const dsk_bench_mhc_opts *o, FILE *out) {
     }
     if (!Tmax) continue;
     mhc_bufs b;
+    mhc_sets sets;
+    memset(&sets, 0, sizeof sets);
+    const int want_stream = op_only < 0 || op_only == OP_STREAM;
+    int64_t Tstream = 0; /* the largest T <= kStreamMaxT of the run */
+    for (int ti = 0; ti < nT; ti++) {
+      const int T = Ts[ti];
+      if ((o->max_T && T > o->max_T) || (o->only_T && T != o->only_T) || T > kStreamMaxT) continue;
+      if (T > Tstream) Tstream = T;
+    }
     dsk_status st = bufs_make(ctx, &rng, D, Tmax, &b);
+    if (st == DSK_STATUS_OK && want_stream && Tstream) st = sets_make(ctx, &rng, D, Tstream, &sets);
     if (st != DSK_STATUS_OK) {
       fprintf(stderr, "bench: %s: buffers (T %lld): %s: %s\n", m->model, (long long)Tmax, dsk_status_name(st),
               dsk_last_error());
       bufs_free(ctx, &b);
+      sets_free(ctx, &sets);
       return 1;
     }
     for (int ti = 0; ti < nT && !rc; ti++) {
@@ -286,10 +386,14 @@ int dsk_bench_mhc(dsk_ctx *ctx, const dsk_bench_mhc_opts *o, FILE *out) {
         rc = 1;
         break;
       }
+      mhc_chain chains[kStreamSets];
+      if (sets.n == kStreamSets) chains_make(&r, &sets, chains);
+      r.sets = chains;
       for (int op = 0; op < OP_COUNT && !rc; op++) {
         if (op_only >= 0 && op != op_only) continue;
+        if (op == OP_STREAM && (T > kStreamMaxT || sets.n != kStreamSets)) continue;
         r.op = op;
-        dsk_bench_opts bo = {sizeof bo, NULL, 3, o->reps > 0 ? o->reps : 20, !o->warm};
+        dsk_bench_opts bo = {sizeof bo, NULL, 3, o->reps > 0 ? o->reps : 20, !o->warm, op == OP_STREAM ? kStreamSets : 1};
         dsk_bench_result br;
         memset(&br, 0, sizeof br);
         br.struct_size = sizeof br;
@@ -303,14 +407,16 @@ int dsk_bench_mhc(dsk_ctx *ctx, const dsk_bench_mhc_opts *o, FILE *out) {
         const double us = br.median_us, bytes = op_bytes(op, T, D);
         const double gbps = us > 0 ? bytes / (us * 1e3) : 0.0, pct = copy_gbps > 0 ? 100.0 * gbps / copy_gbps : 0.0;
         char goal[24] = "";
-        if (op == OP_ALL3 && T == 1) snprintf(goal, sizeof goal, "<=8us:%s", us <= 8.0 ? "yes" : "no");
-        if (op == OP_ALL3 && T == 64) snprintf(goal, sizeof goal, ">=60%%:%s", pct >= 60.0 ? "yes" : "no");
+        const int chain = op == OP_ALL3 || op == OP_STREAM;
+        if (chain && T == 1) snprintf(goal, sizeof goal, "<=8us:%s", us <= 8.0 ? "yes" : "no");
+        if (chain && T == 64) snprintf(goal, sizeof goal, ">=60%%:%s", pct >= 60.0 ? "yes" : "no");
         fprintf(out, "%s,%lld,%d,%lld,%s,%.2f,%.1f,%.1f,%.0f,%s\n", m->model, (long long)D, T,
                 (long long)(op == OP_HEAD ? Sh : S), k_op_names[op], us, gbps, pct, bytes, goal);
         fflush(out);
       }
     }
     bufs_free(ctx, &b);
+    sets_free(ctx, &sets);
   }
   return rc;
 }

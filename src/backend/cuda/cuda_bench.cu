@@ -1,6 +1,6 @@
 /* cuda_bench.cu - the CUDA clock for dsk_bench_run: one launch of fn between
- * two events per sample; optional cold L2 by a memset of 2 x L2 bytes
- * outside the events. */
+ * two events per sample (dsk_bench_run divides it by opts.repeat); optional
+ * cold L2 by a memset of 2 x L2 bytes outside the events. */
 #include "cuda_common.cuh"
 
 /* Keeps the stream busy for ~`ns` while the host enqueues the timed calls,
@@ -27,7 +27,9 @@ extern "C" dsk_status dsk__cuda_bench_samples(dsk_ctx *ctx, dsk_bench_fn fn, voi
   for (int i = 0; i < o->warmup && st == DSK_STATUS_OK; i++) st = fn(ctx, user);
   for (int i = 0; i < o->reps && st == DSK_STATUS_OK; i++) {
     if (flush) cudaMemsetAsync(flush, i & 0xff, flush_bytes, s);
-    dsk_bench_spin_kernel<<<1, 1, 0, s>>>(50000);
+    /* 50 us covers the host's enqueue of one call (descriptor checks and a
+     * few launches); a repeated unit gets 30 us more per repetition */
+    dsk_bench_spin_kernel<<<1, 1, 0, s>>>(50000 + 30000LL * (o->repeat > 1 ? o->repeat - 1 : 0));
     cudaEventRecord(e0, s);
     st = fn(ctx, user);
     cudaEventRecord(e1, s);
