@@ -27,7 +27,6 @@ namespace {
 inline void pdl_wait() {}
 inline void pdl_launch_dependents() {}
 inline void cp_async16(void *dst, const void *src) { memcpy(dst, src, 16); }
-inline void cp_async4(void *dst, const void *src) { memcpy(dst, src, 4); }
 inline void cp_async_commit() {}
 template <int N>
 inline void cp_async_wait() {}
@@ -65,6 +64,7 @@ struct Case {
   bool in_place;
   bool special; /* token 0 all zero, stream 2 of token 1 x 1e3 */
   bool wide;    /* comb scale s2 = 4 (wide Sinkhorn logits, where 20 rounds do not converge) */
+  int sb;       /* finish loads in flight per lane (8 or 16); 0 = as mhc.cu picks for S */
 };
 
 template <int NOUT, int TW, int WG, int WT, int NSTG>
@@ -91,14 +91,20 @@ void project_cfg(const Case &c, const ProjParams &pp) {
 }
 template <int NOUT, bool NORM>
 void finish(const Case &c, const FinishParams &p) {
-  const size_t bytes = (size_t)(finish_part_bytes(p.S, NOUT) + (NORM ? p.D * 2 : 0));
+  const size_t bytes = (size_t)finish_dyn_bytes(p.D, NORM);
   EXPECT(bytes <= sizeof fin_smem, "%s: finish needs %zu B of shared memory", c.name, bytes);
   if (bytes > sizeof fin_smem) return;
+  /* mhc.cu's finish_split_batch */
+  const int sb = c.sb ? c.sb : p.S <= (int64_t)kSplitBatchSmall * kFinishWarps ? kSplitBatchSmall : kSplitBatchLarge;
   emu::launch((unsigned)p.T, 1, kFinishThreads, fin_smem, bytes, [&] {
-    if (c.pf == 4)
-      mhc_finish_kernel<NOUT, NORM, 4>(p);
+    if (c.pf == 4 && sb == kSplitBatchLarge)
+      mhc_finish_kernel<NOUT, NORM, 4, kSplitBatchLarge>(p);
+    else if (c.pf == 4)
+      mhc_finish_kernel<NOUT, NORM, 4, kSplitBatchSmall>(p);
+    else if (sb == kSplitBatchLarge)
+      mhc_finish_kernel<NOUT, NORM, 2, kSplitBatchLarge>(p);
     else
-      mhc_finish_kernel<NOUT, NORM, 2>(p);
+      mhc_finish_kernel<NOUT, NORM, 2, kSplitBatchSmall>(p);
   });
 }
 
@@ -267,13 +273,17 @@ bool run_case(dsk_ctx *cpu, const Case &c, uint64_t seed) {
 
 int main() {
   const Case cases[] = {
-      /* name, D, T, S, projection config, TF32, prefetch, post in place, special rows, wide logits */
-      {"T 1, S 4 (S_max), 1-warp CTAs, FP32", 256, 1, 4, 0, false, 2, false, false, false},
-      {"T 3, S 3 (704/704/640), 4 tokens per warp, TF32", 512, 3, 3, 1, true, 4, true, true, false},
-      {"T 7, S 8 (S_max), 8 tokens per warp, s2 4", 512, 7, 8, 2, false, 2, false, true, true},
-      {"T 20, S 2, 16-token CTAs (tile 2 partial)", 256, 20, 2, 3, false, 4, true, false, false},
-      {"T 40, S 1, 32-token CTAs (tile 2 partial), s2 4", 256, 40, 1, 4, false, 2, false, false, true},
-      {"T 5, S 3, 8 tokens per warp, TF32, D 1032", 1032, 5, 3, 2, true, 2, false, false, false},
+      /* name, D, T, S, projection config, TF32, prefetch, post in place, special rows, wide logits, finish SB */
+      {"T 1, S 4 (S_max), 1-warp CTAs, FP32", 256, 1, 4, 0, false, 2, false, false, false, 0},
+      {"T 3, S 3 (704/704/640), 4 tokens per warp, TF32", 512, 3, 3, 1, true, 4, true, true, false, 0},
+      {"T 7, S 8 (S_max), 8 tokens per warp, s2 4", 512, 7, 8, 2, false, 2, false, true, true, 0},
+      {"T 20, S 2, 16-token CTAs (tile 2 partial)", 256, 20, 2, 3, false, 4, true, false, false, 0},
+      {"T 40, S 1, 32-token CTAs (tile 2 partial), s2 4", 256, 40, 1, 4, false, 2, false, false, true, 0},
+      {"T 5, S 3, 8 tokens per warp, TF32, D 1032", 1032, 5, 3, 2, true, 2, false, false, false, 0},
+      /* DSv4-Pro's S_max: the finish warps sum 12 or 13 splits each, in one round of 16 loads
+       * (as mhc.cu picks) and in two rounds of 8 */
+      {"T 2, S 112 (S_max), D 7168, 4 tokens per warp", 7168, 2, 112, 1, false, 4, false, true, false, 0},
+      {"T 1, S 112, D 7168, finish in rounds of 8 loads", 7168, 1, 112, 0, false, 4, true, false, true, 8},
   };
   return emu_test::run_cases("emu_mhc", cases, 0x6d686300u, run_case);
 }

@@ -33,8 +33,8 @@
  *    (pairs differing in lane bit 4 first). The kernel evaluates that tree
  *    by recursive halving (each step sends half of the values, same tree,
  *    same bits as a full butterfly). Empty splits write 0.
- *  - finish: the S partials of a value are summed in chunks of 8 splits
- *    (ascending s inside a chunk), then the chunk sums in ascending order;
+ *  - finish: warp w (0..8) sums the splits s = w, w + 9, ... of a value in
+ *    ascending s, then the nine warp sums are added in warp order;
  *    y = fmaf chain over streams i = 0..3.
  * TF32: fn is rounded to TF32 (nearest, ties away: the same bit rule as the
  * CPU reference) and the products stay on fp32 FMA; numerics of TF32, not
@@ -56,9 +56,6 @@ __device__ __forceinline__ uint32_t smem_u32(const void *p) {
 }
 __device__ __forceinline__ void cp_async16(void *dst, const void *src) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(smem_u32(dst)), "l"(src) : "memory");
-}
-__device__ __forceinline__ void cp_async4(void *dst, const void *src) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(smem_u32(dst)), "l"(src) : "memory");
 }
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
 template <int N>
@@ -163,10 +160,15 @@ cudaError_t launch_project(const dsk_ctx *ctx, bool tf32, cudaStream_t st, const
 /* R vectors per stream and y thread loaded at entry: all of them for D <= 4096. */
 int finish_prefetch(int64_t D) { return D / 8 <= 2 * kYThreads ? 2 : 4; }
 
+/* Loads in flight per lane of the finish kernel's split sum. */
+int finish_split_batch(int64_t S) { return S <= (int64_t)kSplitBatchSmall * kFinishWarps ? kSplitBatchSmall : kSplitBatchLarge; }
+
 template <int NOUT, bool NORM, int PF>
 cudaError_t launch_finish_pf(cudaStream_t st, const FinishParams &p) {
-  const int64_t smem = finish_part_bytes(p.S, NOUT) + (NORM ? p.D * 2 : 0);
-  void (*kern)(const FinishParams) = mhc_finish_kernel<NOUT, NORM, PF>;
+  const int64_t smem = finish_dyn_bytes(p.D, NORM);
+  void (*kern)(const FinishParams) = finish_split_batch(p.S) == kSplitBatchSmall
+                                         ? mhc_finish_kernel<NOUT, NORM, PF, kSplitBatchSmall>
+                                         : mhc_finish_kernel<NOUT, NORM, PF, kSplitBatchLarge>;
   cudaError_t e = smem_optin(kern, smem + (int64_t)sizeof(FinishSmem<NOUT>));
   if (e != cudaSuccess) return e;
   return dsk__launch_pdl(kern, dim3((unsigned)p.T), dim3(kFinishThreads), (size_t)smem, st, p);
@@ -270,8 +272,7 @@ extern "C" dsk_status dsk__cuda_mhc_head(dsk_ctx *ctx, const dsk_mhc_head_desc *
 extern "C" int64_t dsk__cuda_mhc_smem_bytes(void) {
   /* the finish kernel with the fused norm at the largest S and D, or the
    * largest projection ring (T32) */
-  const int64_t finish = (int64_t)sizeof(FinishSmem<DSK_MHC_MIX>) + finish_part_bytes(kMaxSplits, DSK_MHC_MIX) +
-                         (int64_t)DSK_MHC_MAX_D * 2;
+  const int64_t finish = (int64_t)sizeof(FinishSmem<DSK_MHC_MIX>) + finish_dyn_bytes(DSK_MHC_MAX_D, true);
   const int64_t project = ShapeT32::SMEM;
   return finish > project ? finish : project;
 }

@@ -2,7 +2,7 @@
  * docs/mhc.md): constants, helpers, the split projection, the per-token
  * finish and post kernels. Included by mhc.cu inside its anonymous
  * namespace, after the PTX wrappers these kernels call (pdl_wait,
- * pdl_launch_dependents, cp_async16, cp_async4, cp_async_commit,
+ * pdl_launch_dependents, cp_async16, cp_async_commit,
  * cp_async_wait<N>, prefetch_l2, rcp_approx, bar_sync_1<N>) and the macro
  * DSK_MHC_STATIC (empty on the GPU); tests/emu_mhc.cc includes it under the
  * CPU emulation of tests/emu/cuda_emu.h with emulated wrappers and
@@ -14,16 +14,16 @@ constexpr int kOutGroups = 4; /* output groups: group g owns outputs g*NOUT/4 ..
 constexpr int kRound = 128;   /* columns of one lane round (= one pipeline stage): 32 lanes x 4 */
 /* finish */
 constexpr int kYWarps = 8;                          /* warps forming y; warp 0 does the scalar work */
-constexpr int kFinishThreads = 32 * (1 + kYWarps);  /* 288 */
+constexpr int kFinishWarps = 1 + kYWarps;           /* 9: every warp sums a ninth of the splits */
+constexpr int kFinishThreads = 32 * kFinishWarps;   /* 288 */
 constexpr int kYThreads = 32 * kYWarps;             /* 256 */
-constexpr int kPartRound = 128; /* splits staged in shared memory per round (S_max of DSv4 fits one) */
-constexpr int kSumChunk = 8;    /* splits per chunk of the split sum (divides kPartRound) */
-constexpr int kMaxChunks = 32;  /* S <= 256 = S_max at D = DSK_MHC_MAX_D */
-constexpr int kMaxSplits = kSumChunk * kMaxChunks;
+constexpr int kMaxSplits = 256; /* S <= 256 = S_max at D = DSK_MHC_MAX_D */
+/* partial loads a lane has in flight per round of the split sum (the
+ * finish kernel's SB): 8 while S <= 72 (every warp's splits in one round
+ * for S_max of DSv4-Flash, 64), else 16 (DSv4-Pro's 112 in one round) */
+constexpr int kSplitBatchSmall = 8, kSplitBatchLarge = 16;
 /* post */
 constexpr int kPostThreads = 128;
-
-static_assert(kPartRound % kSumChunk == 0, "a staging round must hold whole chunks");
 
 /* ------------------------------------------------------------ utilities */
 __device__ __forceinline__ float bf16_lo(uint32_t w) { return __uint_as_float(w << 16); }
@@ -287,11 +287,12 @@ __global__ void __launch_bounds__(32 * WG * WT) mhc_project_kernel(const ProjPar
  * Sinkhorn C, y, optional RMSNorm with NORM); NOUT = 4: dsk_mhc_head (pre,
  * h). Before griddepcontrol.wait warp 0 loads scale and base, and with NORM
  * the y warps prefetch norm_w to L2 (constant parameters). Then the y warps
- * load their first PF R vectors of each stream, all threads stage the
- * token's partials in shared memory with cp.async (all in flight at once)
- * and form the chunk sums (8 splits each) in parallel; warp 0 adds the chunk
- * sums (lane v owns value v: d_v for v < NOUT, q for v = NOUT), forms the
- * RMS factor and the sigmoids lane-parallel and publishes the pre weights;
+ * load their first PF R vectors of each stream; every warp w sums the
+ * splits w, w + 9, ... of the token's partials into registers (lane v owns
+ * value v: d_v for v < NOUT, q for v = NOUT; up to SB = 8 or 16 loads in
+ * flight per lane) and leaves them in shared memory; warp 0 adds the nine warp sums,
+ * forms the RMS factor and the sigmoids lane-parallel and publishes the pre
+ * weights;
  * then warp 0 runs Sinkhorn (every lane the same scalar code) and stores C
  * while warps 1..8 form y. */
 struct FinishParams {
@@ -371,28 +372,22 @@ __device__ __forceinline__ float emit_y(const uint4 *r4, const float *w, int64_t
 
 template <int NOUT>
 struct FinishSmem {
-  float csum[kMaxChunks * (NOUT + 1)]; /* chunk sums [chunk][value] */
+  float wsum[kFinishWarps * (NOUT + 1)]; /* split sums per warp [warp][value] */
   float w[4];
   float red[kYWarps];
 };
 
-/* Dynamic shared memory of the finish kernel: the staged partials of one
- * round (min(S, 128) splits x (NOUT + 1) values, rounded up to 16 bytes),
- * then with NORM the token's rounded y row (D bf16). */
-__host__ __device__ constexpr int64_t finish_part_bytes(int64_t S, int nout) {
-  return ((S < kPartRound ? S : kPartRound) * (nout + 1) * 4 + 15) / 16 * 16;
-}
+/* Dynamic shared memory of the finish kernel: with NORM the token's rounded
+ * y row (D bf16); nothing otherwise. */
+__host__ __device__ constexpr int64_t finish_dyn_bytes(int64_t D, bool norm) { return norm ? D * 2 : 0; }
 
-template <int NOUT, bool NORM, int PF>
+template <int NOUT, bool NORM, int PF, int SB>
 __global__ void __launch_bounds__(kFinishThreads, PF <= 2 ? 3 : 2) mhc_finish_kernel(const FinishParams p) {
   constexpr int NV = NOUT + 1;
-  constexpr int LOADS = (kPartRound * NV + kFinishThreads - 1) / kFinishThreads;
-  constexpr int ITEMS = (kPartRound / kSumChunk) * NV; /* chunk sums of a full round */
-  constexpr int ITEM_RND = (ITEMS + kFinishThreads - 1) / kFinishThreads;
+  static_assert(NV <= 32, "one lane per value");
   __shared__ DSK_MHC_STATIC FinishSmem<NOUT> sm;
   extern __shared__ __align__(16) unsigned char fin_smem[];
-  float *s_part = reinterpret_cast<float *>(fin_smem);
-  uint4 *s_y = reinterpret_cast<uint4 *>(fin_smem + finish_part_bytes(p.S, NOUT)); /* NORM: y as bf16 [D] */
+  uint4 *s_y = reinterpret_cast<uint4 *>(fin_smem); /* NORM: y as bf16 [D] */
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int64_t t = blockIdx.x;
   const int64_t nvec = p.D / 8;
@@ -432,49 +427,42 @@ __global__ void __launch_bounds__(kFinishThreads, PF <= 2 ? 3 : 2) mhc_finish_ke
     }
   }
 
-  /* 1. split sums: partials staged per round of up to 128 splits, chunk sums
-   * of 8 splits (ascending s) by all threads, chunk k of the whole op at
-   * sm.csum[k][v] */
-  for (int64_t s0 = 0; s0 < p.S; s0 += kPartRound) {
-    const int ns = (int)min((int64_t)kPartRound, p.S - s0);
-    const int n = ns * NV;
+  /* 1. split sums: warp w adds the splits s = w, w + 9, w + 18, ... in
+   * ascending order, lane v < NOUT + 1 holding value v (d_v; q for v =
+   * NOUT), with SB loads in flight per lane (each warp load reads
+   * the NOUT contiguous values of one split); the nine warp sums go to
+   * shared memory */
+  if (lane < NV) {
+    const float *src = lane < NOUT ? p.d + t * NOUT + lane : p.q + t;
+    const int64_t stride = lane < NOUT ? p.T * NOUT : p.T;
+    float a = 0.f;
+    for (int64_t s0 = warp; s0 < p.S; s0 += (int64_t)SB * kFinishWarps) {
+      float v[SB];
 #pragma unroll
-    for (int k = 0; k < LOADS; k++) {
-      const int v = tid + k * kFinishThreads;
-      if (v < n) {
-        const int sl = v / NV, j = v - sl * NV;
-        const int64_t s = s0 + sl;
-        cp_async4(&s_part[v], j < NOUT ? p.d + (s * p.T + t) * NOUT + j : p.q + s * p.T + t);
+      for (int k = 0; k < SB; k++) {
+        const int64_t s = s0 + (int64_t)k * kFinishWarps;
+        v[k] = s < p.S ? src[s * stride] : 0.f;
       }
-    }
-    cp_async_commit();
-    cp_async_wait<0>();
-    __syncthreads();
-    const int nch = (ns + kSumChunk - 1) / kSumChunk;
-    const int kc0 = (int)(s0 / kSumChunk);
 #pragma unroll
-    for (int r = 0; r < ITEM_RND; r++) {
-      const int it = tid + r * kFinishThreads;
-      if (it < nch * NV) {
-        const int kc = it / NV, v = it - kc * NV;
-        const int sl0 = kc * kSumChunk, sl1 = min(sl0 + kSumChunk, ns);
-        float a = s_part[sl0 * NV + v];
-        for (int sl = sl0 + 1; sl < sl1; sl++) a += s_part[sl * NV + v];
-        sm.csum[(kc0 + kc) * NV + v] = a;
-      }
+      for (int k = 0; k < SB; k++)
+        if (s0 + (int64_t)k * kFinishWarps < p.S) a += v[k];
     }
-    __syncthreads(); /* chunk sums visible; s_part free for the next round */
+    sm.wsum[warp * NV + lane] = a;
   }
+  __syncthreads();
 
-  /* 2. warp 0: chunk sums in ascending order, RMS factor, sigmoids
+  /* 2. warp 0: the nine warp sums in warp order, RMS factor, sigmoids
    * (lane-parallel), pre weights published */
   float c[16];
   if (warp == 0) {
-    const int nch = (int)((p.S + kSumChunk - 1) / kSumChunk);
     float run = 0.f;
     if (lane < NV) {
-      run = sm.csum[lane];
-      for (int k = 1; k < nch; k++) run += sm.csum[k * NV + lane];
+      float ws[kFinishWarps];
+#pragma unroll
+      for (int w = 0; w < kFinishWarps; w++) ws[w] = sm.wsum[w * NV + lane];
+      run = ws[0];
+#pragma unroll
+      for (int w = 1; w < kFinishWarps; w++) run += ws[w];
     }
     const float qsum = __shfl_sync(0xffffffffu, run, NOUT);
     const float r = 1.0f / sqrtf(qsum / (float)p.nD + p.eps_rms);
