@@ -163,7 +163,10 @@ typedef struct mc_layer_in {
   int reps;
   int64_t *aux_diff; /* optional: with a shared expert on a context that makes streams, the layer runs again
                       * with aux_stream; the count of y values that differ from the first run (-1: not run) */
+  int64_t *cap_diff; /* with aux_diff and dsk_check_capture set: the same under graph capture on a new stream */
 } mc_layer_in;
+
+dsk_check_capture_hooks *dsk_check_capture = NULL;
 static dsk_status run_layer(dsk_ctx *cx, const mc_case *cs, const mc_layer_in *in, dsk_bf16 *y, int32_t *ids,
                             float *wts, int64_t *cnt, double *median_us) {
   mc_bufs b = {cx, {0}, 0};
@@ -239,6 +242,34 @@ static dsk_status run_layer(dsk_ctx *cx, const mc_case *cs, const mc_layer_in *i
       int64_t nd = 0;
       for (int64_t i = 0; i < T * H; i++) nd += y2[i] != y[i];
       *in->aux_diff = nd;
+    }
+    /* under capture: the call's stream a new one (a capture cannot run on the
+     * context's default stream), aux_stream as above; the graph runs once */
+    if (in->cap_diff) *in->cap_diff = -1;
+    dsk_check_capture_hooks *hk = dsk_check_capture;
+    void *main_s = NULL;
+    if (st == DSK_STATUS_OK && hk && in->cap_diff) st = dsk_stream_create(cx, &main_s);
+    if (st == DSK_STATUS_OK && main_s) {
+      st = dsk_mem_set(cx, dy, 0xFF, sizeof(dsk_bf16) * (size_t)(T * H));
+      if (st == DSK_STATUS_OK) st = dsk_ctx_synchronize(cx, NULL);
+      d.stream = main_s;
+      if (st == DSK_STATUS_OK && hk->begin(main_s, hk->user) != 0) st = DSK_STATUS_DEVICE;
+      if (st == DSK_STATUS_OK) {
+        const dsk_status sr = dsk_moe_run(cx, &d);
+        /* ends the capture even after a failed call; the hook reports its own errors */
+        const int er = hk->end_run(main_s, hk->user);
+        st = sr != DSK_STATUS_OK ? sr : er != 0 ? DSK_STATUS_DEVICE : DSK_STATUS_OK;
+      }
+      d.stream = NULL;
+      if (st == DSK_STATUS_OK) st = mc_down(cx, y2, dy, sizeof(dsk_bf16) * (size_t)(T * H));
+      if (st == DSK_STATUS_OK) {
+        int64_t nd = 0;
+        for (int64_t i = 0; i < T * H; i++) nd += y2[i] != y[i];
+        *in->cap_diff = nd;
+        hk->runs++;
+      }
+      const dsk_status s3 = dsk_stream_destroy(cx, main_s);
+      if (st == DSK_STATUS_OK) st = s3;
     }
     free(y2);
     const dsk_status s2 = dsk_stream_destroy(cx, aux);
@@ -352,8 +383,8 @@ int check_case(dsk_ctx *ctx, dsk_ctx *ref, int same, const mc_case *cs, const in
     int64_t nbad = 0;
     if (mode != MC_ROUTER) make_ids(&r, cs, off, mode, T, ids_in, w_in, &nbad);
     int64_t cnt[DSK_MOE_NUM_COUNTERS] = {0}, cntr[DSK_MOE_NUM_COUNTERS] = {0};
-    int64_t aux_diff = -1;
-    mc_layer_in in = {T, off, x, gw, bias, ids_in, w_in, (const void *const *)hp, pb, 0, &aux_diff};
+    int64_t aux_diff = -1, cap_diff = -1;
+    mc_layer_in in = {T, off, x, gw, bias, ids_in, w_in, (const void *const *)hp, pb, 0, &aux_diff, &cap_diff};
     const double t0 = tu_now_us();
     st = run_layer(ctx, cs, &in, y, ids, w, cnt, NULL);
     if (st == DSK_STATUS_OK && aux_diff >= 0) {
@@ -361,6 +392,12 @@ int check_case(dsk_ctx *ctx, dsk_ctx *ref, int same, const mc_case *cs, const in
                (long long)T, (long long)aux_diff);
       fprintf(log, "moe %-22s T %lld: shared expert on aux_stream: %s\n", cs->name, (long long)T,
               aux_diff == 0 ? "identical" : "DIFFERENT");
+    }
+    if (st == DSK_STATUS_OK && cap_diff >= 0) {
+      TU_CHECK(c, cap_diff == 0, "moe %s T %lld: captured in a graph (with aux_stream), %lld outputs differ", cs->name,
+               (long long)T, (long long)cap_diff);
+      fprintf(log, "moe %-22s T %lld: graph capture with aux_stream: %s\n", cs->name, (long long)T,
+              cap_diff == 0 ? "identical" : "DIFFERENT");
     }
     const double us = tu_now_us() - t0;
     if (st == DSK_STATUS_UNSUPPORTED) {
@@ -385,6 +422,7 @@ int check_case(dsk_ctx *ctx, dsk_ctx *ref, int same, const mc_case *cs, const in
       /* the cpu-ref layer on the first Tr tokens (every token's output depends on its own row only) */
       mc_layer_in ir = in;
       ir.aux_diff = NULL;
+      ir.cap_diff = NULL;
       ir.T = Tr;
       dsk_status s2 = run_layer(ref, cs, &ir, yr, idr, wr, cntr, NULL);
       TU_CHECK(c, s2 == DSK_STATUS_OK, "moe %s T %lld: cpu-ref: %s", cs->name, (long long)T, dsk_last_error());
@@ -541,7 +579,7 @@ int dsk__moe_demo_row(dsk_ctx *ctx, dsk_ctx *ref, int which, int quick, int reps
   tu_fill_bf16_normal(&r, x, (size_t)(T * H), 1.0);
   for (int64_t e = 0; e < E; e++) bias[e] = (float)(tu_uniform(&r) * 0.05) + (e >= off ? 10.0f : 0.0f);
   int64_t cnt[DSK_MOE_NUM_COUNTERS] = {0}, cntr[DSK_MOE_NUM_COUNTERS] = {0};
-  mc_layer_in in = {T, off, x, gw, bias, NULL, NULL, (const void *const *)hp, pb, reps > 0 ? reps : 1, NULL};
+  mc_layer_in in = {T, off, x, gw, bias, NULL, NULL, (const void *const *)hp, pb, reps > 0 ? reps : 1, NULL, NULL};
   if (st == DSK_STATUS_OK) st = run_layer(ctx, cs, &in, y, ids, w, cnt, &res[0]);
   double d_ref = -1, d_fp64 = -1;
   int64_t ids_vs_ref = 0, cnt_sum = 0, local = 0;

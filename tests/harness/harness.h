@@ -48,6 +48,19 @@ int dsk_check_indexer(dsk_ctx *ctx, const dsk_check_opts *o, tu_counts *c);
  * A backend that answers DSK_STATUS_UNSUPPORTED (the CUDA MoE kernels are
  * not built yet) is reported as skipped, not failed. */
 int dsk_check_moe(dsk_ctx *ctx, const dsk_check_opts *o, tu_counts *c);
+/* Graph capture for the MoE check (the harness itself has no CUDA runtime):
+ * when set, every forward with a shared expert that the aux_stream run
+ * covers runs once more on a new stream, with aux_stream, between begin and
+ * end_run, and its output must equal the first run bit for bit. begin
+ * starts capturing `stream`; end_run ends the capture, launches the graph
+ * once and waits for it. tests/test_capture.c sets it on a CUDA context. */
+typedef struct dsk_check_capture_hooks {
+  int (*begin)(void *stream, void *user);   /* 0 = capturing */
+  int (*end_run)(void *stream, void *user); /* 0 = the graph ran */
+  void *user;
+  int64_t runs; /* forwards run under capture (the hooks' caller reads it) */
+} dsk_check_capture_hooks;
+extern dsk_check_capture_hooks *dsk_check_capture; /* NULL (default): no capture runs */
 /* All of the above (harness.c). */
 int dsk_check_run(dsk_ctx *ctx, const dsk_check_opts *o, tu_counts *c);
 
