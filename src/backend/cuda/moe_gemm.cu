@@ -667,18 +667,36 @@ struct SkPick {
   int ring, tps;
 };
 
-/* The deepest ring whose shared memory fits both the device's opt-in limit
- * and SM120's (0: none), and the CTAs per SM that shared memory leaves. */
+/* CTAs of NW warps per SM for a ring of ST stages: the fewer of what
+ * shared memory leaves (1 KB reserved per CTA) and what the kernel's
+ * register bound allows (moe_gemm_skinny_kernel's __launch_bounds__: 24
+ * warps per SM with one K tile per stage, 16 with two); 0 = it does not
+ * fit the device's opt-in limit or SM120's. */
+template <int NW, int ST, bool MX, int TPS>
+int skinny_ctas(const dsk_cuda_state *st, int64_t K) {
+  const int64_t lim = st->smem_optin < kSmemBudget ? st->smem_optin : kSmemBudget;
+  const int64_t b = Sk<NW, ST, MX, TPS>::smem(K);
+  if (b > lim) return 0;
+  const int by_smem = (int)(st->smem_per_sm / (b + 1024));
+  const int by_regs = (TPS == 1 ? 24 : 16) / NW;
+  return by_smem < by_regs ? by_smem : by_regs;
+}
+
+/* The ring with the most CTAs per SM, the deepest among equals (0: none
+ * fits), and that CTA count. The deepest ring that fits used to be taken
+ * whatever it cost: at K 4096 (DSv4-Flash FC1) 8 warps with 4 stages got 2
+ * CTAs per SM on the H200 where 3 stages get 3 (docs/benchmarks.md, MoE
+ * v7). */
 template <int NW, bool MX, int TPS>
 SkPick skinny_fit(const dsk_ctx *ctx, int64_t K, int *ctas) {
   const dsk_cuda_state *st = dsk__cuda_state(ctx);
-  const int64_t lim = st->smem_optin < kSmemBudget ? st->smem_optin : kSmemBudget;
-  int64_t b = 0;
-  int ring = 0;
-  if (Sk<NW, 4, MX, TPS>::smem(K) <= lim) ring = 4, b = Sk<NW, 4, MX, TPS>::smem(K);
-  else if (Sk<NW, 3, MX, TPS>::smem(K) <= lim) ring = 3, b = Sk<NW, 3, MX, TPS>::smem(K);
-  else if (Sk<NW, 2, MX, TPS>::smem(K) <= lim) ring = 2, b = Sk<NW, 2, MX, TPS>::smem(K);
-  *ctas = ring ? (int)(st->smem_per_sm / (b + 1024)) : 0; /* 1 KB reserved per CTA */
+  const int c4 = skinny_ctas<NW, 4, MX, TPS>(st, K), c3 = skinny_ctas<NW, 3, MX, TPS>(st, K),
+            c2 = skinny_ctas<NW, 2, MX, TPS>(st, K);
+  int ring = 0, best = 0;
+  if (c4 > best) ring = 4, best = c4;
+  if (c3 > best) ring = 3, best = c3;
+  if (c2 > best) ring = 2, best = c2;
+  *ctas = best;
   return SkPick{ring, TPS};
 }
 

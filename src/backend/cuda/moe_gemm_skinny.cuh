@@ -23,8 +23,7 @@
  *  - all threads copy the group's A rows (e4m3, K bytes each; missing rows
  *    zero-filled) into shared memory in fragment order: 8-byte chunk
  *    (kt, s, g, q) = K values 128 kt + 32 s + 8 q .. + 7 of group row g, and
- *    the rows' activation scales per K tile ([kt][8]; x 2^7 for MX, as the
- *    tiled f16 path);
+ *    the rows' activation scales per K tile ([kt][8]; x 2^14 = kSkMxFold for MX);
  *  - each warp streams its 16 weight rows through its own ring of ST stages
  *    of TPS K tiles (cp.async: 64 (MX, one tile) or 128 bytes per row per
  *    stage in a row of PITCH bytes, lane l copying half of row l / 2, and
@@ -32,12 +31,19 @@
  *  - per K tile and 32-wide step s: lane (g, q) reads K values 32 s + 8 q ..
  *    + 7 of weight rows g and g + 8 (MX: word q of block s, b_frag_mx_f16,
  *    e2m1 * 2^-14; FP8: 8 bytes, a_frag_f16) as the A operand and 8 bytes of
- *    group row g (a_frag_f16, x 2^7 for MX) as the B operand, in the tiled
+ *    group row g (a_frag_f16, unscaled) as the B operand, in the tiled
  *    kernel's K order. MX: the two MMAs of a block start from zero and are
  *    folded into the fp32 accumulator with the weight row's block scale
  *    times the group row's K-tile scale; FP8: the 8 MMAs of the tile share
  *    one weight scale (the row's 128-block) and are folded once per tile.
  * D is rounded once to bf16 and written for live rows and columns < N. */
+
+/* MXFP4 products here: the e2m1 operand is value * 2^-14 (b_frag_mx_f16)
+ * and, unlike the tiled kernel's f16 path, the activations are not scaled
+ * by 2^7 (four HMUL2 fewer per 32-wide step). Every product is exact in the
+ * MMA's fp32 and the factor is a power of two, so leaving it out scales
+ * each MMA sum by exactly 2^-7 (no product comes near fp32's underflow). */
+constexpr float kSkMxFold = 16384.f;
 
 constexpr int kSkPadB = 16; /* bytes after each staged weight row: keeps the fragment reads conflict-free */
 
@@ -175,7 +181,7 @@ __global__ void __launch_bounds__(32 * NW, (TPS_ == 1 ? 24 : 16) / NW) moe_gemm_
       if (gr < cnt) {
         const int64_t r = m0 + s_rows[gb + gr];
         v = ue8m0_exact(((uint32_t)p.sfa[(int64_t)(kt >> 2) * p.sfa_T4 + r] >> (8 * (kt & 3))) & 0xFFu);
-        if (MX) v *= kMxFold<true>;
+        if (MX) v *= kSkMxFold;
       }
       s_sa[kt * 8 + gr] = v;
     }
@@ -228,7 +234,7 @@ __global__ void __launch_bounds__(32 * NW, (TPS_ == 1 ? 24 : 16) / NW) moe_gemm_
         }
         const uint2 av = *reinterpret_cast<const uint2 *>(s_a + ((int64_t)(kt * 4 + s) * 8 + g) * 32 + 8 * q);
         uint32_t b[4];
-        a_frag_f16<MX>(av, b[0], b[1], b[2], b[3]);
+        a_frag_f16<false>(av, b[0], b[1], b[2], b[3]); /* unscaled: kSkMxFold undoes the 2^-14 alone */
         const uint32_t a0[4] = {x0[0], x1[0], x0[1], x1[1]}, a1[4] = {x0[2], x1[2], x0[3], x1[3]};
         if (MX) {
           float d[4] = {0.f, 0.f, 0.f, 0.f};

@@ -22,10 +22,11 @@
  *                  1024 when TB = 1): fp64 logits [TB, E] in shared memory
  *                  (x staged in chunks of 1024 columns; 8 lanes per expert),
  *                  then the scores by all threads (the bias staged in
- *                  shared memory), then one warp per token for the
- *                  top-k (K argmax passes over the staged values with a
- *                  per-lane "taken" bit mask) or the hash table, and the
- *                  weights. Without a workspace the logits
+ *                  shared memory), then the top-k: with TB 1 (T <= SMs)
+ *                  every expert's rank counted by all threads, else one
+ *                  warp per token making K argmax passes over the staged
+ *                  values with a per-lane "taken" bit mask; or the hash
+ *                  table; then one warp per token for the weights. Without a workspace the logits
  *                  of a token cannot be spread over several blocks: at
  *                  decode (T small) one SM streams the whole gate weight
  *                  (2-5.5 MB, ~95 us). With the caller's workspace
@@ -90,10 +91,15 @@ struct RouteParams {
 __host__ __device__ __forceinline__ int64_t route_z_bytes(int64_t tb, int64_t E) {
   return (tb * E * (int64_t)sizeof(double) + 15) / 16 * 16;
 }
-/* Bytes of the selection's region after z and the staged x: the bias as
- * fp32 [E] and the non-finite flags [TB]. */
+/* Bytes of the selection's region after z and the staged x: with one token
+ * per block (the rank selection, TB 1) first its order keys u64 [E] and
+ * the selected ids [DSK_MOE_MAX_TOPK]; then
+ * the bias as fp32 [E] and the non-finite flags [TB]. */
+__host__ __device__ __forceinline__ int64_t route_rank_bytes(int64_t tb, int64_t E) {
+  return tb == 1 ? E * 8 + DSK_MOE_MAX_TOPK * 4 : 0;
+}
 __host__ __device__ __forceinline__ int64_t route_sel_bytes(int64_t tb, int64_t E) {
-  return (E * 4 + tb * 4 + 15) / 16 * 16;
+  return (route_rank_bytes(tb, E) + E * 4 + tb * 4 + 15) / 16 * 16;
 }
 
 /* a ranks before b (the reference's order): larger first, NaN below
@@ -103,6 +109,15 @@ __device__ __forceinline__ bool ranks_before(double a, int ia, double b, int ib)
   if (na || nb) return na == nb ? ia < ib : nb;
   if (a != b) return a > b;
   return ia < ib;
+}
+
+/* An unsigned key whose order is ranks_before's without the id: larger
+ * values larger keys, -0 equal to +0, NaN (key 0) below -Inf. */
+__device__ __forceinline__ unsigned long long order_key(double v) {
+  if (v != v) return 0ull;
+  v += 0.0; /* -0 -> +0 (round to nearest) */
+  const unsigned long long b = (unsigned long long)__double_as_longlong(v);
+  return (b >> 63) ? ~b : (b | 0x8000000000000000ull);
 }
 
 __device__ __forceinline__ double score_of(int score, double z) {
@@ -267,7 +282,9 @@ __global__ void __launch_bounds__(RouteCfg<TB>::threads, 1) route_kernel(RoutePa
   const int64_t t0 = (int64_t)blockIdx.x * TB;
   const int nt = (int)(p.T - t0 < TB ? p.T - t0 : TB);
   unsigned char *sel_base = smem + route_z_bytes(TB, E) + ((p.logits || p.zws) ? 0 : TB * kRouteChunk * 2);
-  float *bias_s = (float *)sel_base;           /* [E] */
+  unsigned long long *key_s = (unsigned long long *)sel_base;   /* TB 1: [E] */
+  int *seli_s = (int *)(sel_base + 8 * (int64_t)E);              /* TB 1: [DSK_MOE_MAX_TOPK] */
+  float *bias_s = (float *)(sel_base + route_rank_bytes(TB, E)); /* [E] */
   int *nonfin_s = (int *)(bias_s + E);        /* [TB] */
   if (tid < TB) nonfin_s[tid] = 0;             /* ordered before use by the barrier after step 1 */
   /* launched with PDL (p.zws): the logits kernel's writes are visible
@@ -378,8 +395,39 @@ __global__ void __launch_bounds__(RouteCfg<TB>::threads, 1) route_kernel(RoutePa
     z[i] = score_of(p.score, zz);
   }
   __syncthreads();
+  /* ---- 3a. one token per block (decode: T <= SMs), not hashed: the
+   * selection by all threads. Expert e's rank is the number of experts that
+   * rank before it (ranks_before's order: order_key descending, then the
+   * lower id), counted by 4 threads over every 4th expert and added by two
+   * shuffles; ranks 0..K-1 are the K argmax passes' picks in pick order, so
+   * the ids and weights below are the same values. One warp alone took ~9
+   * us for the K passes there (ncu, DSv4-Flash T 1: 23 k cycles, 7 k warp
+   * instructions; docs/benchmarks.md, MoE v7). */
+  constexpr bool kRank = TB == 1;
+  if (kRank && !p.hash) {
+    for (int e = tid; e < E; e += kRouteThreads) key_s[e] = order_key(z[e] + (double)bias_s[e]);
+    __syncthreads();
+    const int j = tid & 3;
+    constexpr int kQuads = kRouteThreads / 4;
+    for (int e0 = 0; e0 < E; e0 += kQuads) { /* uniform trip count: the shuffles need every lane */
+      const int e = e0 + (tid >> 2);
+      const bool live = e < E;
+      const unsigned long long key = key_s[live ? e : 0];
+      int cnt = 0;
+      if (live)
+        for (int o = j; o < E; o += 4) {
+          const unsigned long long ko = key_s[o];
+          cnt += (ko > key) | ((ko == key) & (o < e));
+        }
+      cnt += __shfl_xor_sync(kFull, cnt, 1);
+      cnt += __shfl_xor_sync(kFull, cnt, 2);
+      if (live && j == 0 && cnt < K) seli_s[cnt] = e;
+    }
+    __syncthreads();
+  }
   /* ---- 3. one warp per token: selection (K argmax passes over the
-   * staged scores and bias, or the hash table) and weights */
+   * staged scores and bias, or the hash table; TB 1: the ranks above) and
+   * weights */
   for (int t = warp; t < nt; t += kRouteWarps) {
     double *zt = z + t * E;
     const int64_t tg = t0 + t;
@@ -398,6 +446,8 @@ __global__ void __launch_bounds__(RouteCfg<TB>::threads, 1) route_kernel(RoutePa
         my_idx = (int)e;
       }
       badt = __any_sync(kFull, badt);
+    } else if (kRank) {
+      if (lane < K) my_idx = seli_s[lane];
     } else {
       uint32_t taken = 0; /* bit j: expert lane + 32 j taken (E <= 1024) */
       for (int k = 0; k < K; k++) {
