@@ -669,16 +669,15 @@ struct SkPick {
 
 /* CTAs of NW warps per SM for a ring of ST stages: the fewer of what
  * shared memory leaves (1 KB reserved per CTA) and what the kernel's
- * register bound allows (moe_gemm_skinny_kernel's __launch_bounds__: 24
- * warps per SM with one K tile per stage, 16 with two); 0 = it does not
- * fit the device's opt-in limit or SM120's. */
+ * register bound allows (its __launch_bounds__, sk_warps_per_sm); 0 = it
+ * does not fit the device's opt-in limit or SM120's. */
 template <int NW, int ST, bool MX, int TPS>
 int skinny_ctas(const dsk_cuda_state *st, int64_t K) {
   const int64_t lim = st->smem_optin < kSmemBudget ? st->smem_optin : kSmemBudget;
   const int64_t b = Sk<NW, ST, MX, TPS>::smem(K);
   if (b > lim) return 0;
   const int by_smem = (int)(st->smem_per_sm / (b + 1024));
-  const int by_regs = (TPS == 1 ? 24 : 16) / NW;
+  const int by_regs = sk_warps_per_sm(TPS) / NW;
   return by_smem < by_regs ? by_smem : by_regs;
 }
 

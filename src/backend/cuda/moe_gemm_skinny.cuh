@@ -78,8 +78,11 @@ struct Sk {
  * stage run where shared memory leaves at most 2 CTAs of 8 warps per SM, so
  * they get 16 warps' worth (<= 128 registers). No instantiation spills
  * (sm_90, sm_120a). */
+/* the register bound above as warps per SM (skinny_fit counts CTAs by it) */
+constexpr int sk_warps_per_sm(int tps) { return tps == 1 ? 24 : 16; }
+
 template <int NW, int ST, bool MX, int KS, int TPS_>
-__global__ void __launch_bounds__(32 * NW, (TPS_ == 1 ? 24 : 16) / NW) moe_gemm_skinny_kernel(const GemmArgs p) {
+__global__ void __launch_bounds__(32 * NW, sk_warps_per_sm(TPS_) / NW) moe_gemm_skinny_kernel(const GemmArgs p) {
   dsk_ptx::pdl_wait(); /* before any global access (launched with PDL) */
   using S = Sk<NW, ST, MX, TPS_>;
   constexpr int RG = NW / KS; /* row groups of 16 columns */

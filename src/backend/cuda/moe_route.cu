@@ -26,8 +26,9 @@
  *                  every expert's rank counted by all threads, else one
  *                  warp per token making K argmax passes over the staged
  *                  values with a per-lane "taken" bit mask; or the hash
- *                  table; then one warp per token for the weights. Without a workspace the logits
- *                  of a token cannot be spread over several blocks: at
+ *                  table; then one warp per token for the weights. Without
+ *                  a workspace the logits of a token cannot be spread over
+ *                  several blocks: at
  *                  decode (T small) one SM streams the whole gate weight
  *                  (2-5.5 MB, ~95 us). With the caller's workspace
  *                  (dsk_moe_route_plan: fp64 logits [T, E]) two kernels:
@@ -93,8 +94,8 @@ __host__ __device__ __forceinline__ int64_t route_z_bytes(int64_t tb, int64_t E)
 }
 /* Bytes of the selection's region after z and the staged x: with one token
  * per block (the rank selection, TB 1) first its order keys u64 [E] and
- * the selected ids [DSK_MOE_MAX_TOPK]; then
- * the bias as fp32 [E] and the non-finite flags [TB]. */
+ * the selected ids [DSK_MOE_MAX_TOPK]; then the bias as fp32 [E] and the
+ * non-finite flags [TB]. */
 __host__ __device__ __forceinline__ int64_t route_rank_bytes(int64_t tb, int64_t E) {
   return tb == 1 ? E * 8 + DSK_MOE_MAX_TOPK * 4 : 0;
 }
