@@ -149,6 +149,7 @@ typedef enum dsk_op {
   DSK_OP_MHC_PRE = 21,
   DSK_OP_MHC_POST = 22,
   DSK_OP_MHC_HEAD = 23,
+  DSK_OP_MHC_POST_PRENORM = 24, /* dsk_mhc_post_prenorm */
   DSK_OP_INDEXER_LOGITS = 30, /* lightning indexer */
   DSK_OP_TOPK = 31,
   DSK_OP_INDEXER_SLOTS = 32,  /* dsk_indexer_topk_slots */
@@ -165,7 +166,7 @@ typedef enum dsk_op {
   DSK_OP_MOE_FORWARD = 50       /* dsk_moe_run */
 } dsk_op;
 /* "kv_write", "kv_read", "slot_list", "sparse_mla_decode", "mhc_prenorm",
- * "mhc_pre", "mhc_post", "mhc_head", "indexer_logits", "topk",
+ * "mhc_pre", "mhc_post", "mhc_head", "mhc_post_prenorm", "indexer_logits", "topk",
  * "indexer_topk_slots", "mx_quantize", "fp8_quantize_1x128",
  * "pack_ue8m0_words", "sf_pack_mn_major", "moe_route", "moe_permute",
  * "moe_gemm", "swiglu_quant", "moe_gather", "dense_fp8_gemm",
@@ -369,6 +370,9 @@ DSK_API dsk_status dsk_sparse_mla_decode(dsk_ctx *ctx, const dsk_sparse_mla_desc
  *
  * and dsk_mhc_head collapses the streams before the final norm and head.
  * nD = 4 * D (4096 -> 16 384 for DSv4-Flash, 7168 -> 28 672 for Pro).
+ * dsk_mhc_post_prenorm fuses one sublayer's post with the next sublayer's
+ * prenorm (spec §5 "post+pre"): a model then runs two mHC kernels per
+ * sublayer, post_prenorm -> pre -> sublayer.
  *
  * The projection runs in S column splits (split-K). S is a run-time field
  * (`fixed_splits`), never a compile-time shape: 0 = tuned entry for the T
@@ -376,7 +380,7 @@ DSK_API dsk_status dsk_sparse_mla_decode(dsk_ctx *ctx, const dsk_sparse_mla_desc
  * the fp32 summation order, so a pinned S gives batch-invariant bits while
  * 0 lets the bits depend on T. dsk_mhc_pre must be given the same
  * fixed_splits (0 resolves to the same S for the same context and T).
- * Op ids: DSK_OP_MHC_PRENORM .. DSK_OP_MHC_HEAD. */
+ * Op ids: DSK_OP_MHC_PRENORM .. DSK_OP_MHC_HEAD, DSK_OP_MHC_POST_PRENORM. */
 #define DSK_MHC_STREAMS 4           /* n = hc_mult */
 #define DSK_MHC_MIX 24              /* n(n+2): 4 pre + 4 post + 16 comb logits */
 #define DSK_MHC_SPLIT_ALIGN 64      /* split width Kc is a multiple of this */
@@ -476,6 +480,35 @@ typedef struct dsk_mhc_post_desc {
 } dsk_mhc_post_desc;
 DSK_API dsk_status dsk_mhc_post(dsk_ctx *ctx, const dsk_mhc_post_desc *desc);
 
+/* Fused post + prenorm (spec/mhc.md §5): R_out = dsk_mhc_post(out, R,
+ * post, C), rounded to bf16, then the partials of dsk_mhc_prenorm(R_out,
+ * fn) computed from those rounded values, in one call. The next sublayer's
+ * dsk_mhc_pre takes R = R_out, the partials and the same fixed_splits (0
+ * resolves as for dsk_mhc_prenorm: the prenorm tuned entry of the T
+ * bucket, else the heuristic). R_out must not overlap R, out or the
+ * partials (no in-place form: split s of the projection needs all four
+ * streams of its columns, which other splits overwrite; ping-pong two
+ * residual buffers). The CUDA backend gives the same bits as dsk_mhc_post
+ * followed by dsk_mhc_prenorm with the same S. */
+typedef struct dsk_mhc_post_prenorm_desc {
+  size_t struct_size;
+  void *stream;
+  int64_t T, D, nD;         /* tokens (0 = no-op); hidden size; nD = 4 * D */
+  const dsk_bf16 *out; int64_t out_stride; /* sublayer output [T, D] */
+  const dsk_bf16 *R; int64_t R_stride;     /* [T, 4, D] */
+  const float *post;        /* [T, 4] from dsk_mhc_pre */
+  const float *C;           /* [T, 4, 4] from dsk_mhc_pre */
+  dsk_bf16 *R_out; int64_t R_out_stride;   /* out [T, 4, D]; no overlap with R, out, partials */
+  const float *fn;          /* [24, nD] of the next sublayer (hc_ffn_fn after attention, ...) */
+  int32_t fixed_splits;     /* S, as for dsk_mhc_prenorm */
+  dsk_mhc_precision precision;
+  float *partials; int64_t partials_bytes; /* out, >= S*T*25*4 (dsk_mhc_post_prenorm_plan) */
+} dsk_mhc_post_prenorm_desc;
+/* As dsk_mhc_prenorm_plan: partials bytes, resolved S and its source. */
+DSK_API dsk_status dsk_mhc_post_prenorm_plan(dsk_ctx *ctx, const dsk_mhc_post_prenorm_desc *desc,
+                                             dsk_plan_info *info);
+DSK_API dsk_status dsk_mhc_post_prenorm(dsk_ctx *ctx, const dsk_mhc_post_prenorm_desc *desc);
+
 /* hc_head: m = (fn . x) * r (4 rows), pre_i = sigmoid(m_i s + b_i) + eps_hc,
  * h = bf16(sum_i pre_i R[t, i, :]); the same split projection as prenorm
  * (its partials, S*T*5 floats, live in the workspace). */
@@ -503,6 +536,7 @@ DSK_API void dsk_mhc_prenorm_desc_init(dsk_mhc_prenorm_desc *desc);
 DSK_API void dsk_mhc_pre_desc_init(dsk_mhc_pre_desc *desc);
 DSK_API void dsk_mhc_post_desc_init(dsk_mhc_post_desc *desc);
 DSK_API void dsk_mhc_head_desc_init(dsk_mhc_head_desc *desc);
+DSK_API void dsk_mhc_post_prenorm_desc_init(dsk_mhc_post_prenorm_desc *desc);
 
 /* ------------------------------------------------------ lightning indexer */
 /* Indexer scores, top-k selection and the fused path to slot lists of

@@ -9,7 +9,8 @@
  * ranges, the cross-lane reduction trees and the sums of squares, the
  * finish kernel's staged split sums, RMS factor, sigmoids, Sinkhorn and y
  * (both prefetch depths, the named barrier of the fused norm), the post
- * kernel in and out of place, FP32 and TF32. Not races or speed
+ * kernel in and out of place, the fused post + prenorm (its five
+ * configurations; bit-identical to post then the projection), FP32 and TF32. Not races or speed
  * (compute-sanitizer and the benchmarks on a GPU).
  *
  * Launches replicate src/backend/cuda/mhc.cu's launchers: grid, block and
@@ -18,6 +19,8 @@
  * 1/nD), scale (1, 1, 0.25) or (1, 1, 4) (wide comb logits), base ~
  * U(-0.5, 0.5); every output and the partials start as NaN. */
 #include "emu/cuda_emu.h"
+
+#include <type_traits>
 
 #include "dsk.h"
 #include "emu/emu_test.h"
@@ -67,17 +70,29 @@ struct Case {
   int sb;       /* finish loads in flight per lane (8 or 16); 0 = as mhc.cu picks for S */
 };
 
-template <int NOUT, int TW, int WG, int WT, int NSTG>
+template <int NOUT, int TW, int WG, int WT, int NSTG, bool POST = false>
 void project(const Case &c, const ProjParams &pp) {
-  using Sh = ProjShape<NOUT, TW, WG, WT, NSTG>;
+  using Sh = ProjShape<NOUT, TW, WG, WT, NSTG, POST>;
   static_assert(Sh::SMEM <= (int)sizeof proj_smem, "projection ring larger than the emulation's buffer");
   const unsigned gx = (unsigned)((pp.T + Sh::TT - 1) / Sh::TT);
   emu::launch3(gx, (unsigned)c.S, kOutGroups / WG, Sh::NT, proj_smem, Sh::SMEM, [&] {
     if (c.tf32)
-      mhc_project_kernel<NOUT, TW, WG, WT, NSTG, true>(pp);
+      mhc_project_kernel<NOUT, TW, WG, WT, NSTG, true, POST>(pp);
     else
-      mhc_project_kernel<NOUT, TW, WG, WT, NSTG, false>(pp);
+      mhc_project_kernel<NOUT, TW, WG, WT, NSTG, false, POST>(pp);
   });
+}
+/* the fused post + prenorm in mhc.cu's configurations: 4-warp CTAs of 1,
+ * 4 and 8 tokens (4-column R' items over all threads for 1 and 4), then
+ * 16-token 8-warp CTAs with a 3-stage ring (cfg 3) or 2 stages (cfg 4) */
+void project_post(const Case &c, const ProjParams &pp) {
+  switch (c.cfg) {
+    case 0: project<DSK_MHC_MIX, 1, 4, 1, 4, true>(c, pp); break;
+    case 1: project<DSK_MHC_MIX, 4, 4, 1, 4, true>(c, pp); break;
+    case 2: project<DSK_MHC_MIX, 8, 4, 1, 4, true>(c, pp); break;
+    case 3: project<DSK_MHC_MIX, 8, 4, 2, 3, true>(c, pp); break;
+    default: project<DSK_MHC_MIX, 8, 4, 2, 2, true>(c, pp); break;
+  }
 }
 template <int NOUT>
 void project_cfg(const Case &c, const ProjParams &pp) {
@@ -187,6 +202,26 @@ bool run_case(dsk_ctx *cpu, const Case &c, uint64_t seed) {
     mhc_post_kernel(out.data(), D, c.in_place ? Rw.data() : R.data(), nD, post.data(), C.data(), dst, nD, D);
   });
   if (c.in_place) Ro = Rw;
+  /* fused post + prenorm into Rf and fpart, with the same post and C; then
+   * the plain projection of Rf, which must give the same bits */
+  std::vector<uint16_t> Rf((size_t)(T * nD), 0xFFFF);
+  std::vector<float> fpart((size_t)(S * T * 25), nanf_), fpart2((size_t)(S * T * 25), nanf_);
+  ProjParams fq = pp;
+  fq.d = fpart.data();
+  fq.q = fpart.data() + S * T * DSK_MHC_MIX;
+  fq.out = out.data();
+  fq.out_stride = D;
+  fq.D = D;
+  fq.post = post.data();
+  fq.C = C.data();
+  fq.R_out = Rf.data();
+  fq.R_out_stride = nD;
+  project_post(c, fq);
+  ProjParams fq2 = pp;
+  fq2.R = Rf.data();
+  fq2.d = fpart2.data();
+  fq2.q = fpart2.data() + S * T * DSK_MHC_MIX;
+  project_cfg<DSK_MHC_MIX>(c, fq2);
   /* head: the 4-output projection and finish */
   ProjParams hp = pp;
   hp.fn = hfn.data();
@@ -227,6 +262,15 @@ bool run_case(dsk_ctx *cpu, const Case &c, uint64_t seed) {
   hd.scale = hscale; hd.base = hbase.data(); hd.fixed_splits = (int32_t)S; hd.precision = prec;
   hd.h = (dsk_bf16 *)rh.data(); hd.h_stride = D; hd.workspace = hws.data(); hd.workspace_bytes = S * T * 20;
   if (st == DSK_STATUS_OK) st = dsk_mhc_head(cpu, &hd);
+  std::vector<uint16_t> rRf((size_t)(T * nD));
+  std::vector<float> rfpart((size_t)(S * T * 25));
+  dsk_mhc_post_prenorm_desc fd;
+  dsk_mhc_post_prenorm_desc_init(&fd);
+  fd.T = T; fd.D = D; fd.nD = nD; fd.out = (const dsk_bf16 *)out.data(); fd.out_stride = D;
+  fd.R = (const dsk_bf16 *)R.data(); fd.R_stride = nD; fd.post = post.data(); fd.C = C.data();
+  fd.R_out = (dsk_bf16 *)rRf.data(); fd.R_out_stride = nD; fd.fn = fn.data(); fd.fixed_splits = (int32_t)S;
+  fd.precision = prec; fd.partials = rfpart.data(); fd.partials_bytes = S * T * 100;
+  if (st == DSK_STATUS_OK) st = dsk_mhc_post_prenorm(cpu, &fd);
   EXPECT(st == DSK_STATUS_OK, "%s: cpu-ref: %s: %s", c.name, dsk_status_name(st), dsk_last_error());
   if (st != DSK_STATUS_OK) return false;
 
@@ -258,13 +302,47 @@ bool run_case(dsk_ctx *cpu, const Case &c, uint64_t seed) {
       }
     }
   }
+  /* fused: R' and partials bit-identical to post + projection; R' within
+   * its bound of the cpu-ref's (fed the kernel's post and C), partials
+   * within tol_s of the cpu-ref's relative to the sum of |terms| */
+  int64_t fbits = 0;
+  for (size_t i = 0; i < Rf.size(); i++) fbits += Rf[i] != Ro[i];
+  for (size_t i = 0; i < fpart.size(); i++) fbits += memcmp(&fpart[i], &fpart2[i], 4) != 0;
+  double ef = 0;
+  for (int64_t t = 0; t < T; t++)
+    for (int64_t k = 0; k < D; k++) {
+      double om = fabs(bf(out[(size_t)(t * D + k)]));
+      for (int i = 0; i < 4; i++) om += fabs(bf(R[(size_t)(t * nD + i * D + k)]));
+      for (int j = 0; j < 4; j++) {
+        const size_t o = (size_t)(t * nD + j * D + k);
+        upd(&ef, fabs(bf(Rf[o]) - bf(rRf[o])) / (ulp_bf16(bf(rRf[o])) + tol_b * om));
+      }
+    }
+  const int64_t Kc = dsk_mhc_split_width(nD, S);
+  double ep = 0;
+  for (int64_t s = 0; s < S; s++)
+    for (int64_t t = 0; t < T; t++) {
+      const int64_t kb = std::min(s * Kc, nD), ke = std::min(kb + Kc, nD);
+      for (int j = 0; j <= DSK_MHC_MIX; j++) { /* j = 24: the sum of squares */
+        double mag = 0;
+        for (int64_t k = kb; k < ke; k++) {
+          const double x = bf(Rf[(size_t)(t * nD + k)]);
+          mag += j < DSK_MHC_MIX ? fabs((double)fn[(size_t)(j * nD + k)] * x) : x * x;
+        }
+        const size_t e = j < DSK_MHC_MIX ? (size_t)((s * T + t) * DSK_MHC_MIX + j) : (size_t)(S * T * DSK_MHC_MIX + s * T + t);
+        upd(&ep, fabs((double)fpart[e] - rfpart[e]) / (tol_s * mag + 1e-30));
+      }
+    }
+  EXPECT(fbits == 0, "%s: fused post + prenorm: %lld values differ from post + prenorm", c.name, (long long)fbits);
+  EXPECT(ef <= 1.0, "%s: fused R' at %.3f of its bound", c.name, ef);
+  EXPECT(ep <= 1.0, "%s: fused partials at %.3f of their bound", c.name, ep);
   EXPECT(es <= tol_s, "%s: pre / post / C differ by %.3g (bound %.0e)", c.name, es, tol_s);
   EXPECT(ey <= 1.0, "%s: y at %.3f of its bound", c.name, ey);
   EXPECT(eyn <= 1.0, "%s: y with the fused norm at %.3f of its bound", c.name, eyn);
   EXPECT(er <= 1.0, "%s: R' at %.3f of its bound", c.name, er);
   EXPECT(eh <= 1.0, "%s: h at %.3f of its bound", c.name, eh);
-  printf("%-46s pre/post/C %.2e  y %.3f  y(norm) %.3f  R' %.3f  h %.3f: %s\n", c.name, es, ey, eyn, er, eh,
-         emu_test::fails() == f0 ? "ok" : "FAIL");
+  printf("%-46s pre/post/C %.2e  y %.3f  y(norm) %.3f  R' %.3f  h %.3f  fused R' %.3f part %.3f: %s\n", c.name, es,
+         ey, eyn, er, eh, ef, ep, emu_test::fails() == f0 ? "ok" : "FAIL");
   fflush(stdout);
   return emu_test::fails() == f0;
 }

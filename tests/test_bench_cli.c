@@ -64,11 +64,12 @@ static void test_mhc(dsk_ctx *ctx) {
   int rc = dsk_bench_mhc(ctx, &o, f);
   TU_CHECK(&counts, rc == 0, "dsk_bench_mhc quick returned %d: %s", rc, dsk_last_error());
   csv_stats s = scan(f, "model,D,T,S,op,");
-  /* 2 models x T {1, 4} x 7 ops (the stream row too: T <= 64) */
+  /* 2 models x T {1, 4} x 10 ops (the two stream rows too: T <= 64) */
   TU_CHECK(&counts, s.header == 1 && s.comments >= 2, "mhc: header %d, comments %d", s.header, s.comments);
-  TU_CHECK(&counts, s.rows == 28, "mhc: %d rows, expected 28", s.rows);
+  TU_CHECK(&counts, s.rows == 40, "mhc: %d rows, expected 40", s.rows);
   TU_CHECK(&counts, s.bad_cols == 0, "mhc: %d rows with the wrong column count", s.bad_cols);
-  TU_CHECK(&counts, s.goals == 4, "mhc: %d goal cells, expected 4 (T=1 prenorm+pre+post, lone and stream, per model)",
+  TU_CHECK(&counts, s.goals == 8,
+           "mhc: %d goal cells, expected 8 (T=1 prenorm+pre+post and post_prenorm+pre, lone and stream, per model)",
            s.goals);
   printf("bench mhc quick: %d rows in %.1f s; first: %s", s.rows, (tu_now_us() - t0) * 1e-6, s.first_row);
   fclose(f);
@@ -104,6 +105,16 @@ static void test_mhc(dsk_ctx *ctx) {
            s.goals);
   TU_CHECK(&counts, strncmp(s.first_row, "dsv4-pro,7168,1,1,prenorm+pre+post/stream16,", 44) == 0,
            "mhc stream row: %s", s.first_row);
+  fclose(f);
+  f = tmpfile();
+  if (!f) return;
+  o.op = "post_prenorm+pre/stream16";
+  rc = dsk_bench_mhc(ctx, &o, f);
+  s = scan(f, "model,D,T,S,op,");
+  TU_CHECK(&counts, rc == 0 && s.rows == 1 && s.goals == 1, "mhc fused stream row: rc %d, %d rows, %d goals", rc,
+           s.rows, s.goals);
+  TU_CHECK(&counts, strncmp(s.first_row, "dsv4-pro,7168,1,1,post_prenorm+pre/stream16,", 44) == 0,
+           "mhc fused stream row: %s", s.first_row);
   o.only_T = 0;
   o.op = "sinkhorn";
   rc = dsk_bench_mhc(ctx, &o, f);

@@ -12,9 +12,12 @@
  *     ulp_bf16(ref) + 2e-5 (TF32 2e-3) * the spec's magnitude term; the
  *     partials themselves (layout [S, T, 24] + [S, T], empty splits 0);
  *     stride gaps never written. Shapes: D 4096 / 7168 at T 1 and 3 with
- *     every S in 1..S_max; T 64 (D 4096), 65 (D 1024), 1000 (D 256) and 4097
+ *     every S in 1..S_max; T 7 (D 4096), T 64 (D 4096), 65 (D 1024), 1000 (D 256) and 4097
  *     (D 512) with S in {1, 2, 7, heuristic, S_max}; extra cases R = 0, one
  *     stream x1e3, s2 = 4; TF32;
+ *     The fused post + prenorm on the same inputs for a spread of S: R' and
+ *     partials within the same bounds and bit-equal to dsk_mhc_post then
+ *     dsk_mhc_prenorm with that S;
  *  4. batch invariance of a pinned S (T = 100 vs single tokens, bit-equal);
  *  5. bad descriptors: INVALID_ARG naming the field, outputs untouched;
  *     T = 0 no-ops.
@@ -312,7 +315,10 @@ static void check_small(const host_in *h, const float *post, const float *C, con
 }
 
 /* Partials of split s: fp64 sums over its columns; layout d [S, T, 24] then q [S, T]. */
-static void check_partials(const host_in *h, const float *part, int S, double tol) {
+/* The partials of the projection of rows X (stride xs; h->R for prenorm,
+ * the downloaded R' for the fused post + prenorm) vs fp64. */
+static void check_partials(const host_in *h, const dsk_bf16 *X, int64_t xs, const float *part, int S, double tol,
+                           const char *what) {
   const int64_t nD = h->nD, T = h->T;
   const int64_t Kc = dsk_mhc_split_width(nD, S);
   int64_t bad = 0;
@@ -320,7 +326,7 @@ static void check_partials(const host_in *h, const float *part, int S, double to
   for (int64_t s = 0; s < S; s++) {
     int64_t kb = s * Kc < nD ? s * Kc : nD, ke = kb + Kc < nD ? kb + Kc : nD;
     for (int64_t t = 0; t < T; t++) {
-      const dsk_bf16 *x = h->R + t * h->Rs;
+      const dsk_bf16 *x = X + t * xs;
       double q = 0;
       for (int64_t k = kb; k < ke; k++) q += bfd(x[k]) * bfd(x[k]);
       const float gq = part[S * T * 24 + s * T + t];
@@ -342,7 +348,7 @@ static void check_partials(const host_in *h, const float *part, int S, double to
     }
   }
   upd(&g_max.part, worst);
-  TU_CHECK(&counts, bad == 0, "partials S=%d: %" PRId64 " values off (worst err/bound %.3g)", S, bad, worst);
+  TU_CHECK(&counts, bad == 0, "%s partials S=%d: %" PRId64 " values off (worst err/bound %.3g)", what, S, bad, worst);
 }
 
 static void check_post_out(const host_in *h, const dsk_bf16 *Rout, int64_t ros, double tol, const char *what) {
@@ -432,7 +438,7 @@ static void run_case(const mcase *c, uint64_t seed) {
     TU_CHECK_OK(&counts, dsk_mhc_prenorm(g_dev, &pd));
     if (part && (S <= 8 || S % 16 == 0 || S >= smax - 1 || c->S[si] == 0)) { /* a spread of S: it costs a projection */
       down(part, dpart, (size_t)S * T * 100);
-      check_partials(&h, part, S, tf32 ? 1e-3 : 1e-5);
+      check_partials(&h, h.R, h.Rs, part, S, tf32 ? 1e-3 : 1e-5, "prenorm");
     }
 
     dsk_mhc_pre_desc qd;
@@ -537,6 +543,80 @@ static void run_case(const mcase *c, uint64_t seed) {
     down(Rc, dRc, (size_t)(T * h.Rs) * 2);
     check_post_out(&h, Rc, h.Rs, tol_big, "R' (in place, R_out == R)");
     free(Rc);
+
+    /* fused post + prenorm (same post and C, the next sublayer's fn = this
+     * fn) for a spread of S: R' as above and bit-equal to the post's, the
+     * partials vs fp64 on the rounded R' and bit-equal to dsk_mhc_prenorm of
+     * that R' with the same S */
+    dsk_bf16 *dRf = dalloc((size_t)(T * h.ros) * 2);
+    dsk_bf16 *Rf = xmalloc((size_t)(T * h.ros) * 2);
+    float *fpart = xmalloc(part_bytes), *ppart = xmalloc(part_bytes);
+    int nfused = 0;
+    for (int si = 0; si < c->nS; si++) {
+      const int fs = c->S[si];
+      if (!(fs == 0 || fs <= 2 || fs == 7 || fs >= smax - 1 || (c->nS <= 5 && si < 2))) continue;
+      nfused++;
+      dsk_mhc_post_prenorm_desc fd;
+      dsk_mhc_post_prenorm_desc_init(&fd);
+      fd.T = T;
+      fd.D = D;
+      fd.nD = nD;
+      fd.out = dout;
+      fd.out_stride = h.os;
+      fd.R = dR;
+      fd.R_stride = h.Rs;
+      fd.post = dpost;
+      fd.C = dC;
+      fd.R_out = dRf;
+      fd.R_out_stride = h.ros;
+      fd.fn = dfn;
+      fd.fixed_splits = fs;
+      fd.precision = (dsk_mhc_precision)c->prec;
+      fd.partials = dpart;
+      fd.partials_bytes = (int64_t)part_bytes;
+      dsk_plan_info pi;
+      memset(&pi, 0, sizeof pi);
+      pi.struct_size = sizeof pi;
+      TU_CHECK_OK(&counts, dsk_mhc_post_prenorm_plan(g_dev, &fd, &pi));
+      const int fS = pi.tactic.v[0];
+      const int64_t want_S = fs ? fs : dsk_mhc_splits_heuristic(nD, T, g_sm);
+      TU_CHECK(&counts, fS == want_S && pi.workspace_bytes == (int64_t)fS * T * 100 &&
+                            pi.tactic.op == DSK_OP_MHC_POST_PRENORM,
+               "post_prenorm plan: S %d (want %" PRId64 "), bytes %" PRId64, fS, want_S, pi.workspace_bytes);
+      poison(dRf, (size_t)(T * h.ros) * 2);
+      poison(dpart, part_bytes);
+      TU_CHECK_OK(&counts, dsk_mhc_post_prenorm(g_dev, &fd));
+      down(Rf, dRf, (size_t)(T * h.ros) * 2);
+      down(fpart, dpart, (size_t)fS * T * 100);
+      check_post_out(&h, Rf, h.ros, tol_big, "R' (fused post + prenorm)");
+      int64_t rdiff = 0;
+      for (int64_t t = 0; t < T; t++)
+        for (int64_t k = 0; k < nD; k++) rdiff += Rf[t * h.ros + k] != Ro[t * h.ros + k];
+      TU_CHECK(&counts, rdiff == 0, "fused R' S=%d: %" PRId64 " values differ from dsk_mhc_post's", fS, rdiff);
+      check_partials(&h, Rf, h.ros, fpart, fS, tf32 ? 1e-3 : 1e-5, "fused");
+      /* dsk_mhc_prenorm of the fused R' */
+      dsk_mhc_prenorm_desc pd;
+      dsk_mhc_prenorm_desc_init(&pd);
+      pd.T = T;
+      pd.D = D;
+      pd.nD = nD;
+      pd.R = dRf;
+      pd.R_stride = h.ros;
+      pd.fn = dfn;
+      pd.fixed_splits = fS;
+      pd.precision = (dsk_mhc_precision)c->prec;
+      pd.partials = dpart;
+      pd.partials_bytes = (int64_t)part_bytes;
+      poison(dpart, part_bytes);
+      TU_CHECK_OK(&counts, dsk_mhc_prenorm(g_dev, &pd));
+      down(ppart, dpart, (size_t)fS * T * 100);
+      TU_CHECK(&counts, memcmp(fpart, ppart, (size_t)fS * T * 100) == 0,
+               "fused partials S=%d differ from dsk_mhc_prenorm of the same R'", fS);
+    }
+    TU_CHECK(&counts, nfused > 0, "no fused post + prenorm run");
+    free(Rf);
+    free(fpart);
+    free(ppart);
     free(Ro);
   }
 
@@ -806,6 +886,11 @@ static void bad_inputs(void) {
   dsk_mhc_head_desc_init(&H0);
   H0.T = T; H0.D = D; H0.nD = nD; H0.R = dR; H0.R_stride = nD; H0.fn = dhfn; H0.scale = dscale; H0.base = dbase;
   H0.fixed_splits = 4; H0.h = dh; H0.h_stride = D; H0.workspace = dws; H0.workspace_bytes = 4 * T * 20;
+  dsk_mhc_post_prenorm_desc F0, f;
+  dsk_mhc_post_prenorm_desc_init(&F0);
+  F0.T = T; F0.D = D; F0.nD = nD; F0.out = dout; F0.out_stride = D; F0.R = dR; F0.R_stride = nD; F0.post = dpost;
+  F0.C = dC; F0.R_out = dRo; F0.R_out_stride = nD; F0.fn = dfn; F0.fixed_splits = 4; F0.partials = dpart;
+  F0.partials_bytes = 4 * T * 100;
   dsk_plan_info pi;
 
   /* prenorm */
@@ -885,6 +970,55 @@ static void bad_inputs(void) {
   o = O0; o.out = dRo + 16; EXPECT_BAD(dsk_mhc_post(g_dev, &o), "overlaps out");
   o = O0; o.T = -3; EXPECT_BAD(dsk_mhc_post(g_dev, &o), "T -3");
 
+  /* fused post + prenorm */
+  EXPECT_BAD(dsk_mhc_post_prenorm(NULL, &F0), "ctx");
+  EXPECT_BAD(dsk_mhc_post_prenorm(g_dev, NULL), "desc");
+  f = F0; f.struct_size = sizeof f - 8; EXPECT_BAD(dsk_mhc_post_prenorm(g_dev, &f), "struct_size");
+  f = F0; f.precision = (dsk_mhc_precision)2; EXPECT_BAD(dsk_mhc_post_prenorm(g_dev, &f), "precision");
+  f = F0; f.fixed_splits = -2; EXPECT_BAD(dsk_mhc_post_prenorm(g_dev, &f), "fixed_splits");
+  f = F0; f.fixed_splits = 17; EXPECT_BAD(dsk_mhc_post_prenorm(g_dev, &f), "fixed_splits 17");
+  f = F0; f.T = -1; EXPECT_BAD(dsk_mhc_post_prenorm(g_dev, &f), "T -1");
+  f = F0; f.D = 1004; f.nD = 4016; EXPECT_BAD(dsk_mhc_post_prenorm(g_dev, &f), "D 1004");
+  f = F0; f.nD = 4 * D + 64; EXPECT_BAD(dsk_mhc_post_prenorm(g_dev, &f), "nD");
+  f = F0; f.out = NULL; EXPECT_BAD(dsk_mhc_post_prenorm(g_dev, &f), "out is NULL");
+  f = F0; f.out_stride = D - 8; EXPECT_BAD(dsk_mhc_post_prenorm(g_dev, &f), "out_stride");
+  f = F0; f.R = NULL; EXPECT_BAD(dsk_mhc_post_prenorm(g_dev, &f), "R is NULL");
+  f = F0; f.R_stride = nD - 8; EXPECT_BAD(dsk_mhc_post_prenorm(g_dev, &f), "R_stride");
+  f = F0; f.post = NULL; EXPECT_BAD(dsk_mhc_post_prenorm(g_dev, &f), "post");
+  f = F0; f.C = NULL; EXPECT_BAD(dsk_mhc_post_prenorm(g_dev, &f), "C is NULL");
+  f = F0; f.R_out = NULL; EXPECT_BAD(dsk_mhc_post_prenorm(g_dev, &f), "R_out");
+  f = F0; f.R_out_stride = nD - 8; EXPECT_BAD(dsk_mhc_post_prenorm(g_dev, &f), "R_out_stride");
+  f = F0; f.fn = NULL; EXPECT_BAD(dsk_mhc_post_prenorm(g_dev, &f), "fn");
+  f = F0; f.R_out = dR; EXPECT_BAD(dsk_mhc_post_prenorm(g_dev, &f), "no in-place form");
+  f = F0; f.R_out = dR + 8; EXPECT_BAD(dsk_mhc_post_prenorm(g_dev, &f), "overlaps R");
+  f = F0; f.out = dRo + 16; EXPECT_BAD(dsk_mhc_post_prenorm(g_dev, &f), "overlaps out");
+  f = F0; f.partials = NULL; EXPECT_BAD(dsk_mhc_post_prenorm(g_dev, &f), "partials");
+  f = F0; f.partials_bytes = 4 * T * 100 - 4; EXPECT_BAD(dsk_mhc_post_prenorm(g_dev, &f), "partials_bytes");
+  f = F0; f.partials = (float *)(void *)(dRo + 64); EXPECT_BAD(dsk_mhc_post_prenorm(g_dev, &f), "overlap R_out");
+  f = F0; f.partials = (float *)(void *)dR; EXPECT_BAD(dsk_mhc_post_prenorm(g_dev, &f), "overlap R");
+  if (g_cuda) {
+    f = F0; f.R_out = dRo + 4; f.R_out_stride = nD; EXPECT_BAD(dsk_mhc_post_prenorm(g_dev, &f), "16-byte");
+    f = F0; f.out_stride = D + 4; EXPECT_BAD(dsk_mhc_post_prenorm(g_dev, &f), "out_stride");
+    f = F0; f.fn = dfn + 2; EXPECT_BAD(dsk_mhc_post_prenorm(g_dev, &f), "fn");
+  }
+  memset(&pi, 0, sizeof pi);
+  EXPECT_BAD(dsk_mhc_post_prenorm_plan(g_dev, &F0, &pi), "struct_size");
+  EXPECT_BAD(dsk_mhc_post_prenorm_plan(g_dev, &F0, NULL), "info");
+  pi.struct_size = sizeof pi;
+  f = F0; f.partials = NULL; f.partials_bytes = 0;
+  TU_CHECK_OK(&counts, dsk_mhc_post_prenorm_plan(g_dev, &f, &pi));
+  TU_CHECK(&counts, pi.workspace_bytes == 4 * T * 100 && pi.tactic.v[0] == 4 && pi.tactic.op == DSK_OP_MHC_POST_PRENORM,
+           "post_prenorm plan: %" PRId64 " bytes, S %d", pi.workspace_bytes, pi.tactic.v[0]);
+  {
+    int sup = -1;
+    char why[256] = "";
+    f = F0; f.R_out = dR;
+    TU_CHECK_OK(&counts, dsk_op_supported(g_dev, DSK_OP_MHC_POST_PRENORM, &f, &sup, why, sizeof why));
+    TU_CHECK(&counts, sup == 0 && strstr(why, "in-place"), "dsk_op_supported: in-place fused op: %d (%s)", sup, why);
+    TU_CHECK_OK(&counts, dsk_op_supported(g_dev, DSK_OP_MHC_POST_PRENORM, &F0, &sup, why, sizeof why));
+    TU_CHECK(&counts, sup == 1, "dsk_op_supported: fused post + prenorm not supported (%s)", why);
+  }
+
   /* head */
   EXPECT_BAD(dsk_mhc_head(NULL, &H0), "ctx");
   hd = H0; hd.precision = (dsk_mhc_precision)-1; EXPECT_BAD(dsk_mhc_head(g_dev, &hd), "precision");
@@ -924,6 +1058,8 @@ static void bad_inputs(void) {
   dsk_mhc_pre_desc_init(&q);
   dsk_mhc_post_desc_init(&o);
   dsk_mhc_head_desc_init(&hd);
+  dsk_mhc_post_prenorm_desc_init(&f);
+  TU_CHECK_OK(&counts, dsk_mhc_post_prenorm(g_dev, &f));
   TU_CHECK_OK(&counts, dsk_mhc_prenorm(g_dev, &p));
   TU_CHECK_OK(&counts, dsk_mhc_pre(g_dev, &q));
   TU_CHECK_OK(&counts, dsk_mhc_post(g_dev, &o));
@@ -936,6 +1072,7 @@ static void bad_inputs(void) {
   TU_CHECK_OK(&counts, dsk_mhc_pre(g_dev, &Q0));
   TU_CHECK_OK(&counts, dsk_mhc_post(g_dev, &O0));
   TU_CHECK_OK(&counts, dsk_mhc_head(g_dev, &H0));
+  TU_CHECK_OK(&counts, dsk_mhc_post_prenorm(g_dev, &F0));
   o = O0; o.R_out = dR; /* in place is fine */
   TU_CHECK_OK(&counts, dsk_mhc_post(g_dev, &o));
   TU_CHECK_OK(&counts, dsk_ctx_synchronize(g_dev, NULL));
@@ -982,6 +1119,7 @@ int main(void) {
       {4096, 3, F, K_NORMAL, all64, 65, 1, 1, 1, 1},
       {7168, 1, F, K_NORMAL, all112, 113, 1, 1, 1, 1},
       {7168, 3, F, K_NORMAL, all112, 113, 0, 1, 1, 0},
+      {4096, 7, F, K_NORMAL, sp3, 3, 0, 1, 0, 1},
       {4096, 64, F, K_NORMAL, sp64, 5, 1, 1, 1, 0},
       {1024, 65, F, K_NORMAL, sp16, 5, 1, 1, 1, 0},
       {256, 1000, F, K_NORMAL, sp4, 5, 1, 1, 1, 0},

@@ -66,6 +66,7 @@ typedef struct dsk_backend {
   dsk_status (*mhc_pre)(dsk_ctx *ctx, const dsk_mhc_pre_desc *d, const dsk_tactic *t);
   dsk_status (*mhc_post)(dsk_ctx *ctx, const dsk_mhc_post_desc *d);
   dsk_status (*mhc_head)(dsk_ctx *ctx, const dsk_mhc_head_desc *d, const dsk_tactic *t);
+  dsk_status (*mhc_post_prenorm)(dsk_ctx *ctx, const dsk_mhc_post_prenorm_desc *d, const dsk_tactic *t);
   /* Lightning indexer (spec/indices.md §9), T >= 1. src/ops/indexer.c
    * composes dsk_indexer_topk_slots from these two ops and slot_list_build.
    * Scores: skip_le >= 0 skips rows whose scored length min(L_t, ctx_width)

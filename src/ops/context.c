@@ -28,6 +28,7 @@ const char *dsk_op_name(dsk_op op) {
     case DSK_OP_MHC_PRE: return "mhc_pre";
     case DSK_OP_MHC_POST: return "mhc_post";
     case DSK_OP_MHC_HEAD: return "mhc_head";
+    case DSK_OP_MHC_POST_PRENORM: return "mhc_post_prenorm";
     case DSK_OP_INDEXER_LOGITS: return "indexer_logits";
     case DSK_OP_TOPK: return "topk";
     case DSK_OP_INDEXER_SLOTS: return "indexer_topk_slots";
@@ -223,11 +224,13 @@ dsk_status dsk_op_supported(dsk_ctx *ctx, dsk_op op, const void *desc, int *supp
     case DSK_OP_MHC_PRE:
     case DSK_OP_MHC_POST:
     case DSK_OP_MHC_HEAD:
+    case DSK_OP_MHC_POST_PRENORM:
       st = dsk__mhc_validate(ctx, (int)op, desc);
       has_slot = op == DSK_OP_MHC_PRENORM ? b->mhc_prenorm != NULL
                  : op == DSK_OP_MHC_PRE   ? b->mhc_pre != NULL
                  : op == DSK_OP_MHC_POST  ? b->mhc_post != NULL
-                                          : b->mhc_head != NULL;
+                 : op == DSK_OP_MHC_HEAD  ? b->mhc_head != NULL
+                                          : b->mhc_post_prenorm != NULL;
       break;
     case DSK_OP_INDEXER_LOGITS:
       st = dsk__indexer_logits_validate(ctx, (const dsk_indexer_logits_desc *)desc);

@@ -1,6 +1,7 @@
 /* mhc.c - descriptor validation, split resolution and dispatch of the mHC
- * ops dsk_mhc_prenorm / dsk_mhc_pre / dsk_mhc_post / dsk_mhc_head
- * (spec/mhc.md §5-§6; api-conventions.md §2-§3; docs/mhc.md).
+ * ops dsk_mhc_prenorm / dsk_mhc_pre / dsk_mhc_post / dsk_mhc_head and the
+ * fused dsk_mhc_post_prenorm (spec/mhc.md §5-§6; api-conventions.md §2-§3;
+ * docs/mhc.md).
  *
  * Validation order of a run descriptor: struct_size, enums (precision),
  * fixed_splits >= 0, T in [0, 2^31 - 1]. T == 0 is a no-op that returns OK
@@ -12,8 +13,10 @@
  * contexts 16-byte alignment of the vector-accessed tensors (R, fn, y, h,
  * out, R_out, norm_w) and of their row strides in bytes. Outputs must not
  * overlap the inputs they are computed from (bounding address ranges), except
- * the in-place dsk_mhc_post (R_out == R with the same stride). Partials and
- * workspace sizes are checked against the resolved S.
+ * the in-place dsk_mhc_post (R_out == R with the same stride); the fused
+ * post_prenorm has no in-place form and its R_out must not overlap R, out
+ * or the partials. Partials and workspace sizes are checked against the
+ * resolved S.
  *
  * Split resolution: fixed_splits > 0 pins S; 0 = the tuned entry of the
  * (nD, T bucket) key (prenorm; pre re-derives it) else the heuristic of
@@ -78,6 +81,13 @@ void dsk_mhc_post_desc_init(dsk_mhc_post_desc *d) {
   if (!d) return;
   memset(d, 0, sizeof *d);
   d->struct_size = sizeof *d;
+}
+
+void dsk_mhc_post_prenorm_desc_init(dsk_mhc_post_prenorm_desc *d) {
+  if (!d) return;
+  memset(d, 0, sizeof *d);
+  d->struct_size = sizeof *d;
+  d->precision = DSK_MHC_PRECISION_FP32;
 }
 
 void dsk_mhc_head_desc_init(dsk_mhc_head_desc *d) {
@@ -466,6 +476,89 @@ dsk_status dsk_mhc_post(dsk_ctx *ctx, const dsk_mhc_post_desc *d) {
   return ctx->backend->mhc_post(ctx, d);
 }
 
+/* ------------------------------------------------------ post + prenorm */
+#define OP_POST_PRENORM "mhc_post_prenorm"
+
+/* The post checks of post_validate, without the in-place form: R_out must
+ * not overlap R, out or the partials. run as in prenorm_validate. */
+static dsk_status post_prenorm_validate(const dsk_ctx *ctx, const dsk_mhc_post_prenorm_desc *d, int run,
+                                        int64_t *S_out, int *source) {
+  const char *op = OP_POST_PRENORM;
+  if (!d) return dsk__fail(DSK_STATUS_INVALID_ARG, "%s: desc is NULL", op);
+  int noop;
+  dsk_status st = check_struct(op, d->struct_size, sizeof *d, "dsk_mhc_post_prenorm_desc");
+  if (st != DSK_STATUS_OK) return st;
+  if ((st = check_precision(op, (int)d->precision)) != DSK_STATUS_OK) return st;
+  if (d->fixed_splits < 0)
+    return dsk__fail(DSK_STATUS_INVALID_ARG, "%s: fixed_splits %d < 0", op, (int)d->fixed_splits);
+  if ((st = check_T(op, d->T, &noop)) != DSK_STATUS_OK) return st;
+  if (noop) {
+    if (S_out) *S_out = 0;
+    return DSK_STATUS_OK;
+  }
+  if ((st = check_D_nD(op, d->D, d->nD)) != DSK_STATUS_OK) return st;
+  if ((st = check_splits(op, d->fixed_splits, d->nD)) != DSK_STATUS_OK) return st;
+  const int64_t nD = d->nD;
+  if ((st = check_rows(ctx, op, "out", d->out, d->out_stride, d->T, d->D, 2, 1)) != DSK_STATUS_OK) return st;
+  if ((st = check_rows(ctx, op, "R", d->R, d->R_stride, d->T, nD, 2, 1)) != DSK_STATUS_OK) return st;
+  if ((st = check_f32(ctx, op, "post", d->post, 4 * d->T, 0)) != DSK_STATUS_OK) return st;
+  if ((st = check_f32(ctx, op, "C", d->C, 16 * d->T, 0)) != DSK_STATUS_OK) return st;
+  if ((st = check_rows(ctx, op, "R_out", d->R_out, d->R_out_stride, d->T, nD, 2, 1)) != DSK_STATUS_OK) return st;
+  if ((st = check_f32(ctx, op, "fn", d->fn, DSK_MHC_MIX * nD, 1)) != DSK_STATUS_OK) return st;
+  if (rows_overlap(d->R_out, d->R_out_stride, nD, d->R, d->R_stride, nD, d->T, 2))
+    return dsk__fail(DSK_STATUS_INVALID_ARG,
+                     "%s: R_out %p (R_out_stride %" PRId64 ") overlaps R %p (R_stride %" PRId64
+                     "); the fused op has no in-place form (use two residual buffers, or dsk_mhc_post in place)",
+                     op, (void *)d->R_out, d->R_out_stride, (const void *)d->R, d->R_stride);
+  if (rows_overlap(d->R_out, d->R_out_stride, nD, d->out, d->out_stride, d->D, d->T, 2))
+    return dsk__fail(DSK_STATUS_INVALID_ARG,
+                     "%s: R_out %p (R_out_stride %" PRId64 ") overlaps out %p (out_stride %" PRId64 ")", op,
+                     (void *)d->R_out, d->R_out_stride, (const void *)d->out, d->out_stride);
+  int64_t S = 0;
+  st = mhc_resolve_splits(ctx, DSK_OP_MHC_POST_PRENORM,
+                          run == 1 ? DSK__TUNE_RUN : run == 2 ? DSK__TUNE_FOLLOW : DSK__TUNE_PLAN, d->fixed_splits, nD,
+                          d->T, source, &S);
+  if (st != DSK_STATUS_OK) return st;
+  if (S_out) *S_out = S;
+  if (run) {
+    const int64_t need = S * d->T * 25 * 4;
+    if ((st = check_partials(op, "partials", d->partials, d->partials_bytes, need, S, d->T, 25)) != DSK_STATUS_OK)
+      return st;
+    uintptr_t plo = (uintptr_t)d->partials, phi = plo + (uintptr_t)need, lo, hi;
+    row_range(d->R_out, d->R_out_stride, d->T, nD, 2, &lo, &hi);
+    if (lo < phi && plo < hi)
+      return dsk__fail(DSK_STATUS_INVALID_ARG, "%s: partials %p (%" PRId64 " bytes) overlap R_out %p", op,
+                       (void *)d->partials, need, (void *)d->R_out);
+    row_range(d->R, d->R_stride, d->T, nD, 2, &lo, &hi);
+    if (lo < phi && plo < hi)
+      return dsk__fail(DSK_STATUS_INVALID_ARG, "%s: partials %p (%" PRId64 " bytes) overlap R %p", op,
+                       (void *)d->partials, need, (const void *)d->R);
+  }
+  return DSK_STATUS_OK;
+}
+
+dsk_status dsk_mhc_post_prenorm_plan(dsk_ctx *ctx, const dsk_mhc_post_prenorm_desc *d, dsk_plan_info *info) {
+  dsk_status st = check_plan_args(ctx, d, info, OP_POST_PRENORM);
+  if (st != DSK_STATUS_OK) return st;
+  int64_t S = 0;
+  int source = DSK_TACTIC_HEURISTIC;
+  if ((st = post_prenorm_validate(ctx, d, 0, &S, &source)) != DSK_STATUS_OK) return st;
+  return plan_common(ctx, info, OP_POST_PRENORM, DSK_OP_MHC_POST_PRENORM, S, source, S * d->T * 25 * 4,
+                     ctx->backend->mhc_post_prenorm != NULL);
+}
+
+dsk_status dsk_mhc_post_prenorm(dsk_ctx *ctx, const dsk_mhc_post_prenorm_desc *d) {
+  if (!ctx) return dsk__fail(DSK_STATUS_INVALID_ARG, OP_POST_PRENORM ": ctx is NULL");
+  int64_t S = 0;
+  dsk_status st = post_prenorm_validate(ctx, d, 1, &S, NULL);
+  if (st != DSK_STATUS_OK) return st;
+  if (d->T == 0) return DSK_STATUS_OK;
+  if (!ctx->backend->mhc_post_prenorm) return no_slot(ctx, OP_POST_PRENORM);
+  dsk_tactic t;
+  mhc_tactic(&t, DSK_OP_MHC_POST_PRENORM, S);
+  return ctx->backend->mhc_post_prenorm(ctx, d, &t);
+}
+
 /* -------------------------------------------------------------- head */
 #define OP_HEAD "mhc_head"
 
@@ -540,6 +633,8 @@ dsk_status dsk__mhc_validate(const dsk_ctx *ctx, int op, const void *desc) {
     case DSK_OP_MHC_PRE: return pre_validate(ctx, (const dsk_mhc_pre_desc *)desc, NULL);
     case DSK_OP_MHC_POST: return post_validate(ctx, (const dsk_mhc_post_desc *)desc);
     case DSK_OP_MHC_HEAD: return head_validate(ctx, (const dsk_mhc_head_desc *)desc, 1, NULL, NULL);
+    case DSK_OP_MHC_POST_PRENORM:
+      return post_prenorm_validate(ctx, (const dsk_mhc_post_prenorm_desc *)desc, 2, NULL, NULL);
   }
-  return dsk__fail(DSK_STATUS_INVALID_ARG, "mhc: op %d is not an mHC op (20..23)", op);
+  return dsk__fail(DSK_STATUS_INVALID_ARG, "mhc: op %d is not an mHC op (20..24)", op);
 }

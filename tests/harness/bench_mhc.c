@@ -3,11 +3,15 @@
  * bandwidth measured in the same run. Per (model, T): prenorm + pre + post
  * as one timed callable (the spec's T = 1 latency goal is for these three
  * together), the same three ops on 16 distinct input sets back to back (per
- * sublayer inside a stream, T <= 64), then each op alone, and hc_head. Inputs are the harness's
+ * sublayer inside a stream, T <= 64), the fused form of one sublayer
+ * (post_prenorm, i.e. the previous sublayer's post with this one's prenorm,
+ * then pre: the same work, one kernel fewer) lone and in the stream, then
+ * each op alone, and hc_head. Inputs are the harness's
  * (check_mhc.c), L2 flushed before every sample unless warm.
  *
  * Bytes per spec §5: fn (24 x nD x 4) + every read of R (T x nD x 2 per op
- * that reads it) + the outputs (y, post, C, R'). Split partials are not
+ * that reads it) + the outputs (y, post, C, R'); the fused form reads R
+ * once and R' once (pre), so it counts one read of R fewer. Split partials are not
  * counted, nor are the sublayer output `out` that post reads and the post /
  * C that post re-reads. Not in the spec, and stated in the help text: the
  * fused-norm pre row adds its norm weight (D x 4), the head row counts its
@@ -27,9 +31,22 @@ static const mhc_model k_models[] = {{"dsv4-flash", 4096}, {"dsv4-pro", 7168}};
 static const int k_T[] = {1, 4, 16, 64, 256, 1024, 4096};
 static const int k_T_quick[] = {1, 4};
 
-enum { OP_ALL3, OP_STREAM, OP_PRENORM, OP_PRE, OP_PRE_NORM, OP_POST, OP_HEAD, OP_COUNT };
-static const char *const k_op_names[OP_COUNT] = {"prenorm+pre+post", "prenorm+pre+post/stream16", "prenorm", "pre",
-                                                 "pre+norm", "post", "head"};
+enum {
+  OP_ALL3,
+  OP_STREAM,
+  OP_FUSED2,
+  OP_FSTREAM,
+  OP_PRENORM,
+  OP_PRE,
+  OP_PRE_NORM,
+  OP_POST,
+  OP_FUSED,
+  OP_HEAD,
+  OP_COUNT
+};
+static const char *const k_op_names[OP_COUNT] = {"prenorm+pre+post", "prenorm+pre+post/stream16",
+                                                 "post_prenorm+pre", "post_prenorm+pre/stream16",
+                                                 "prenorm", "pre", "pre+norm", "post", "post_prenorm", "head"};
 
 /* The stream row: the three ops on kStreamSets distinct input sets back to
  * back in one timed call (dsk_bench_opts.repeat), so every set's bytes are
@@ -42,6 +59,8 @@ typedef struct mhc_chain {
   dsk_mhc_prenorm_desc pn;
   dsk_mhc_pre_desc pre;
   dsk_mhc_post_desc post;
+  dsk_mhc_post_prenorm_desc fpn; /* the fused form: post_prenorm into R', then pre on R' */
+  dsk_mhc_pre_desc fpre;
 } mhc_chain;
 
 typedef struct mhc_run {
@@ -51,6 +70,8 @@ typedef struct mhc_run {
   dsk_mhc_pre_desc pre;  /* plain: y, post, C */
   dsk_mhc_pre_desc pren; /* with the fused RMSNorm */
   dsk_mhc_post_desc post;
+  dsk_mhc_post_prenorm_desc fpn; /* R -> Ro (R') and the partials */
+  dsk_mhc_pre_desc fpre;         /* pre on Ro */
   dsk_mhc_head_desc head;
 } mhc_run;
 
@@ -70,6 +91,17 @@ static dsk_status run_once(dsk_ctx *ctx, void *user) {
         if (st == DSK_STATUS_OK) st = dsk_mhc_post(ctx, &r->sets[i].post);
       }
       return st;
+    case OP_FUSED2:
+      st = dsk_mhc_post_prenorm(ctx, &r->fpn);
+      if (st == DSK_STATUS_OK) st = dsk_mhc_pre(ctx, &r->fpre);
+      return st;
+    case OP_FSTREAM:
+      for (int i = 0; i < kStreamSets && st == DSK_STATUS_OK; i++) {
+        st = dsk_mhc_post_prenorm(ctx, &r->sets[i].fpn);
+        if (st == DSK_STATUS_OK) st = dsk_mhc_pre(ctx, &r->sets[i].fpre);
+      }
+      return st;
+    case OP_FUSED: return dsk_mhc_post_prenorm(ctx, &r->fpn);
     case OP_PRENORM: return dsk_mhc_prenorm(ctx, &r->pn);
     case OP_PRE: return dsk_mhc_pre(ctx, &r->pre);
     case OP_PRE_NORM: return dsk_mhc_pre(ctx, &r->pren);
@@ -85,6 +117,9 @@ static double op_bytes(int op, int64_t T, int64_t D) {
   switch (op) {
     case OP_ALL3:
     case OP_STREAM: return fn + R + (R + y + pc) + (R + R);
+    case OP_FUSED2:
+    case OP_FSTREAM: return (fn + R + R) + (R + y + pc); /* post_prenorm reads R, writes R'; pre reads R' */
+    case OP_FUSED: return fn + R + R;
     case OP_PRENORM: return fn + R;
     case OP_PRE: return R + y + pc;
     case OP_PRE_NORM: return R + y + pc + 4.0 * (double)D;
@@ -224,6 +259,16 @@ static void chains_make(const mhc_run *r, const mhc_sets *m, mhc_chain *c) {
     c[i].post.post = p[5];
     c[i].post.C = p[6];
     c[i].post.R_out = p[7];
+    c[i].fpn = r->fpn;
+    c[i].fpn.out = p[1];
+    c[i].fpn.R = p[0];
+    c[i].fpn.post = p[5];
+    c[i].fpn.C = p[6];
+    c[i].fpn.R_out = p[7];
+    c[i].fpn.fn = p[2];
+    c[i].fpn.partials = p[3];
+    c[i].fpre = c[i].pre;
+    c[i].fpre.R = p[7];
   }
 }
 
@@ -285,6 +330,26 @@ static dsk_status case_make(dsk_ctx *ctx, const mhc_bufs *b, int64_t D, int64_t 
   o->R_out = b->Ro; /* out of place: R stays the same input for every sample */
   o->R_out_stride = nD;
 
+  dsk_mhc_post_prenorm_desc *f = &r->fpn;
+  dsk_mhc_post_prenorm_desc_init(f);
+  f->T = T;
+  f->D = D;
+  f->nD = nD;
+  f->out = b->out;
+  f->out_stride = D;
+  f->R = b->R;
+  f->R_stride = nD;
+  f->post = b->post;
+  f->C = b->C;
+  f->R_out = b->Ro;
+  f->R_out_stride = nD;
+  f->fn = b->fn;
+  f->fixed_splits = fixed;
+  f->partials = b->part;
+  f->partials_bytes = S * T * 100;
+  r->fpre = *q;
+  r->fpre.R = b->Ro;
+
   dsk_mhc_head_desc *h = &r->head;
   dsk_mhc_head_desc_init(h);
   h->T = T;
@@ -326,8 +391,8 @@ int dsk_bench_mhc(dsk_ctx *ctx, const dsk_bench_mhc_opts *o, FILE *out) {
     for (int i = 0; i < OP_COUNT; i++)
       if (strcmp(o->op, k_op_names[i]) == 0) op_only = i;
     if (op_only < 0) {
-      fprintf(stderr, "bench: unknown mhc op '%s' (prenorm+pre+post, prenorm+pre+post/stream16, prenorm, pre, pre+norm, post, "
-              "head)\n", o->op);
+      fprintf(stderr, "bench: unknown mhc op '%s' (prenorm+pre+post, prenorm+pre+post/stream16, post_prenorm+pre, "
+              "post_prenorm+pre/stream16, prenorm, pre, pre+norm, post, post_prenorm, head)\n", o->op);
       return 1;
     }
   }
@@ -359,7 +424,7 @@ int dsk_bench_mhc(dsk_ctx *ctx, const dsk_bench_mhc_opts *o, FILE *out) {
     mhc_bufs b;
     mhc_sets sets;
     memset(&sets, 0, sizeof sets);
-    const int want_stream = op_only < 0 || op_only == OP_STREAM;
+    const int want_stream = op_only < 0 || op_only == OP_STREAM || op_only == OP_FSTREAM;
     int64_t Tstream = 0; /* the largest T <= kStreamMaxT of the run */
     for (int ti = 0; ti < nT; ti++) {
       const int T = Ts[ti];
@@ -391,9 +456,9 @@ int dsk_bench_mhc(dsk_ctx *ctx, const dsk_bench_mhc_opts *o, FILE *out) {
       r.sets = chains;
       for (int op = 0; op < OP_COUNT && !rc; op++) {
         if (op_only >= 0 && op != op_only) continue;
-        if (op == OP_STREAM && (T > kStreamMaxT || sets.n != kStreamSets)) continue;
+        if ((op == OP_STREAM || op == OP_FSTREAM) && (T > kStreamMaxT || sets.n != kStreamSets)) continue;
         r.op = op;
-        dsk_bench_opts bo = {sizeof bo, NULL, 3, o->reps > 0 ? o->reps : 20, !o->warm, op == OP_STREAM ? kStreamSets : 1};
+        dsk_bench_opts bo = {sizeof bo, NULL, 3, o->reps > 0 ? o->reps : 20, !o->warm, (op == OP_STREAM || op == OP_FSTREAM) ? kStreamSets : 1};
         dsk_bench_result br;
         memset(&br, 0, sizeof br);
         br.struct_size = sizeof br;
@@ -407,7 +472,7 @@ int dsk_bench_mhc(dsk_ctx *ctx, const dsk_bench_mhc_opts *o, FILE *out) {
         const double us = br.median_us, bytes = op_bytes(op, T, D);
         const double gbps = us > 0 ? bytes / (us * 1e3) : 0.0, pct = copy_gbps > 0 ? 100.0 * gbps / copy_gbps : 0.0;
         char goal[24] = "";
-        const int chain = op == OP_ALL3 || op == OP_STREAM;
+        const int chain = op == OP_ALL3 || op == OP_STREAM || op == OP_FUSED2 || op == OP_FSTREAM;
         if (chain && T == 1) snprintf(goal, sizeof goal, "<=8us:%s", us <= 8.0 ? "yes" : "no");
         if (chain && T == 64) snprintf(goal, sizeof goal, ">=60%%:%s", pct >= 60.0 ? "yes" : "no");
         fprintf(out, "%s,%lld,%d,%lld,%s,%.2f,%.1f,%.1f,%.0f,%s\n", m->model, (long long)D, T,

@@ -9,6 +9,11 @@
  *   y, h                       abs <= ulp_bf16(ref) + 2e-5 (2e-3) * sum_i |R_i|
  *   y with fused RMSNorm       abs <= ulp_bf16(ref) + |w| rs (ulp_bf16(y) + 2e-5 sum_i |R_i|) + 1e-5 |ref|
  *   R' (post, out of place)    abs <= ulp_bf16(ref) + 2e-5 (2e-3) * (|out| + sum_i |R_i|)
+ * and the next sublayer through the fused post + prenorm: the device's
+ * dsk_mhc_post_prenorm (its own post and C, the same fn) then dsk_mhc_pre
+ * on its R' and partials, against the cpu-ref's prenorm + pre on that
+ * same R' (the per-op bounds apply to the same inputs): R' as above, the
+ * second pre's post / C abs <= 1e-5 and its y as y.
  * One line per case: the worst abs errors of the small outputs and the worst
  * error/bound ratio of each bf16 output (<= 1 passes).
  */
@@ -56,7 +61,10 @@ static void mc_max(double *m, double v) {
 typedef struct mhc_io { /* host copies of one run's outputs */
   dsk_bf16 *y, *yn, *Ro, *h;
   float *post, *C, *prew;
+  dsk_bf16 *Rf, *y2; /* the fused post + prenorm's R' and the next pre's y */
+  float *post2, *C2;
 } mhc_io;
+
 
 typedef struct mhc_in {
   int64_t D, nD, T, S;
@@ -64,6 +72,18 @@ typedef struct mhc_in {
   const dsk_bf16 *R, *out;
   const float *fn, *hfn, *scale, *base, *hscale, *hbase, *nw;
 } mhc_in;
+
+/* The next sublayer's pre on R2 and its partials (written by the fused op
+ * on the device, by prenorm on the reference). */
+static dsk_status mhc_pre2(dsk_ctx *ctx, const mhc_in *in, const float *part, const dsk_bf16 *R2, const float *scale,
+                           const float *base, dsk_bf16 *y, float *post, float *C) {
+  dsk_mhc_pre_desc qd;
+  dsk_mhc_pre_desc_init(&qd);
+  qd.T = in->T; qd.D = in->D; qd.nD = in->nD; qd.fixed_splits = (int32_t)in->S; qd.partials = part;
+  qd.partials_bytes = in->S * in->T * 100; qd.R = R2; qd.R_stride = in->nD; qd.scale = scale; qd.base = base;
+  qd.y = y; qd.y_stride = in->D; qd.post = post; qd.C = C;
+  return dsk_mhc_pre(ctx, &qd);
+}
 
 /* The whole chain on one context; pointers are that context's memory. */
 static dsk_status mhc_chain(dsk_ctx *ctx, const mhc_in *in, const dsk_bf16 *R, const dsk_bf16 *out, const float *fn,
@@ -127,11 +147,13 @@ static int mhc_case(dsk_ctx *ctx, dsk_ctx *ref, int64_t D, int64_t T, int32_t fi
   float scale[3] = {1.0f, 1.0f, 0.25f}, base[24], hscale[1] = {1.0f}, hbase[4];
   mhc_io dv, rf;
   const size_t ybytes = (size_t)(T * D) * 2, Rbytes = (size_t)(T * nD) * 2;
-  dsk_bf16 **ybufs[2][4] = {{&dv.y, &dv.yn, &dv.h, &dv.Ro}, {&rf.y, &rf.yn, &rf.h, &rf.Ro}};
+  dsk_bf16 **ybufs[2][6] = {{&dv.y, &dv.yn, &dv.h, &dv.Ro, &dv.Rf, &dv.y2}, {&rf.y, &rf.yn, &rf.h, &rf.Ro, &rf.Rf, &rf.y2}};
   for (int s = 0; s < 2; s++)
-    for (int i = 0; i < 4; i++) *ybufs[s][i] = mc_malloc(i == 3 ? Rbytes : ybytes, &ok);
+    for (int i = 0; i < 6; i++) *ybufs[s][i] = mc_malloc(i == 3 || i == 4 ? Rbytes : ybytes, &ok);
   dv.post = mc_malloc((size_t)T * 16, &ok); dv.C = mc_malloc((size_t)T * 64, &ok); dv.prew = mc_malloc((size_t)T * 16, &ok);
   rf.post = mc_malloc((size_t)T * 16, &ok); rf.C = mc_malloc((size_t)T * 64, &ok); rf.prew = mc_malloc((size_t)T * 16, &ok);
+  dv.post2 = mc_malloc((size_t)T * 16, &ok); dv.C2 = mc_malloc((size_t)T * 64, &ok);
+  rf.post2 = mc_malloc((size_t)T * 16, &ok); rf.C2 = mc_malloc((size_t)T * 64, &ok);
   float *hpart = mc_malloc((size_t)(S * T * 100), &ok);
   void *hws = mc_malloc((size_t)(S * T * 20), &ok);
   mhc_in in = {D, nD, T, S, prec, R, out, fn, hfn, scale, base, hscale, hbase, nw};
@@ -187,10 +209,27 @@ static int mhc_case(dsk_ctx *ctx, dsk_ctx *ref, int64_t D, int64_t T, int32_t fi
     if (st == DSK_STATUS_OK)
       st = mhc_chain(ctx, &in, dR, dout, dfn, dhfn, dsc, dba, dhs, dhb, dnw, dpart, dws, dy, dyn, dpost, dC, dprew,
                      dRo, dh);
-    void *pd_[] = {dy, dyn, dh, dRo, dpost, dC, dprew};
-    void *ph_[] = {dv.y, dv.yn, dv.h, dv.Ro, dv.post, dv.C, dv.prew};
-    size_t pb_[] = {ybytes, ybytes, ybytes, Rbytes, (size_t)T * 16, (size_t)T * 64, (size_t)T * 16};
-    for (int i = 0; i < 7 && st == DSK_STATUS_OK; i++) st = dsk_mem_download(ctx, ph_[i], pd_[i], pb_[i]);
+    /* the fused post + prenorm into dRf and the partials, then the next pre */
+    dsk_bf16 *dRf = mb_alloc(&b, Rbytes, &st), *dy2 = mb_alloc(&b, ybytes, &st);
+    float *dpost2 = mb_alloc(&b, (size_t)T * 16, &st), *dC2 = mb_alloc(&b, (size_t)T * 64, &st);
+    void *pz2[] = {dpart, dRf, dy2, dpost2, dC2};
+    size_t pzb2[] = {(size_t)(S * T * 100), Rbytes, ybytes, (size_t)T * 16, (size_t)T * 64};
+    for (int i = 0; i < 5 && st == DSK_STATUS_OK; i++) st = dsk_mem_set(ctx, pz2[i], 0xFF, pzb2[i]);
+    if (st == DSK_STATUS_OK) {
+      dsk_mhc_post_prenorm_desc fd;
+      dsk_mhc_post_prenorm_desc_init(&fd);
+      fd.T = T; fd.D = D; fd.nD = nD; fd.out = dout; fd.out_stride = D; fd.R = dR; fd.R_stride = nD;
+      fd.post = dpost; fd.C = dC; fd.R_out = dRf; fd.R_out_stride = nD; fd.fn = dfn; fd.fixed_splits = (int32_t)S;
+      fd.precision = (dsk_mhc_precision)prec; fd.partials = dpart; fd.partials_bytes = S * T * 100;
+      st = dsk_mhc_post_prenorm(ctx, &fd);
+    }
+    if (st == DSK_STATUS_OK) st = mhc_pre2(ctx, &in, dpart, dRf, dsc, dba, dy2, dpost2, dC2);
+    if (st == DSK_STATUS_OK) st = dsk_ctx_synchronize(ctx, NULL);
+    void *pd_[] = {dy, dyn, dh, dRo, dpost, dC, dprew, dRf, dy2, dpost2, dC2};
+    void *ph_[] = {dv.y, dv.yn, dv.h, dv.Ro, dv.post, dv.C, dv.prew, dv.Rf, dv.y2, dv.post2, dv.C2};
+    size_t pb_[] = {ybytes, ybytes, ybytes, Rbytes, (size_t)T * 16, (size_t)T * 64, (size_t)T * 16,
+                    Rbytes, ybytes, (size_t)T * 16, (size_t)T * 64};
+    for (int i = 0; i < 11 && st == DSK_STATUS_OK; i++) st = dsk_mem_download(ctx, ph_[i], pd_[i], pb_[i]);
     mb_free(&b);
     if (st != DSK_STATUS_OK) {
       fprintf(log, "mhc %-34s FAIL (device run: %s: %s)\n", name, dsk_status_name(st), dsk_last_error());
@@ -202,6 +241,14 @@ static int mhc_case(dsk_ctx *ctx, dsk_ctx *ref, int64_t D, int64_t T, int32_t fi
   /* reference run (host memory) */
   st = mhc_chain(ref, &in, R, out, fn, hfn, scale, base, hscale, hbase, nw, hpart, hws, rf.y, rf.yn, rf.post, rf.C,
                  rf.prew, rf.Ro, rf.h);
+  if (st == DSK_STATUS_OK) { /* the next sublayer on the device's R' */
+    dsk_mhc_prenorm_desc pd;
+    dsk_mhc_prenorm_desc_init(&pd);
+    pd.T = T; pd.D = D; pd.nD = nD; pd.R = dv.Rf; pd.R_stride = nD; pd.fn = fn; pd.fixed_splits = (int32_t)S;
+    pd.precision = (dsk_mhc_precision)prec; pd.partials = hpart; pd.partials_bytes = S * T * 100;
+    st = dsk_mhc_prenorm(ref, &pd);
+    if (st == DSK_STATUS_OK) st = mhc_pre2(ref, &in, hpart, dv.Rf, scale, base, rf.y2, rf.post2, rf.C2);
+  }
   if (st != DSK_STATUS_OK) {
     fprintf(log, "mhc %-34s FAIL (cpu-ref run: %s: %s)\n", name, dsk_status_name(st), dsk_last_error());
     c->failed++;
@@ -210,12 +257,16 @@ static int mhc_case(dsk_ctx *ctx, dsk_ctx *ref, int64_t D, int64_t T, int32_t fi
   }
 
   {
-    double es = 0, ry = 0, ryn = 0, rr = 0, rh = 0;
+    double es = 0, ry = 0, ryn = 0, rr = 0, rh = 0, rf2 = 0, ry2 = 0;
     for (int64_t i = 0; i < T * 4; i++) {
       mc_max(&es, fabs(dv.post[i] - rf.post[i]));
       mc_max(&es, fabs(dv.prew[i] - rf.prew[i]));
+      mc_max(&es, fabs(dv.post2[i] - rf.post2[i]));
     }
-    for (int64_t i = 0; i < T * 16; i++) mc_max(&es, fabs(dv.C[i] - rf.C[i]));
+    for (int64_t i = 0; i < T * 16; i++) {
+      mc_max(&es, fabs(dv.C[i] - rf.C[i]));
+      mc_max(&es, fabs(dv.C2[i] - rf.C2[i]));
+    }
     for (int64_t t = 0; t < T; t++) {
       const dsk_bf16 *x = R + t * nD;
       double ss = 0;
@@ -239,25 +290,32 @@ static int mhc_case(dsk_ctx *ctx, dsk_ctx *ref, int64_t D, int64_t T, int32_t fi
         mc_max(&ryn, fabs(got_v - ref_v) / (0.5 * (mc_ulp(ref_v) + mc_ulp(got_v)) +
                                             w * rs * (mc_ulp(mc_bf(rf.y[e])) + tol_b * mag) + 1e-5 * fabs(ref_v)));
         const double om = mag + fabs(mc_bf(out[e]));
+        double mag2 = 0;
         for (int j = 0; j < 4; j++) {
           ref_v = mc_bf(rf.Ro[t * nD + j * D + k]);
           mc_max(&rr, fabs(mc_bf(dv.Ro[t * nD + j * D + k]) - ref_v) / (mc_ulp(ref_v) + tol_b * om));
+          mc_max(&rf2, fabs(mc_bf(dv.Rf[t * nD + j * D + k]) - ref_v) / (mc_ulp(ref_v) + tol_b * om));
+          mag2 += fabs(mc_bf(dv.Rf[t * nD + j * D + k]));
         }
+        ref_v = mc_bf(rf.y2[e]);
+        mc_max(&ry2, fabs(mc_bf(dv.y2[e]) - ref_v) / (mc_ulp(ref_v) + tol_b * mag2));
       }
     }
-    const int pass = es <= tol_s && ry <= 1.0 && ryn <= 1.0 && rr <= 1.0 && rh <= 1.0;
-    TU_CHECK(c, pass, "mhc %s: small %.3g (<= %.0e), y %.3f, y(norm) %.3f, R' %.3f, h %.3f (ratios <= 1)", name, es,
-             tol_s, ry, ryn, rr, rh);
-    fprintf(log, "mhc %-34s pre/post/C %.2e  y %.3f  y(norm) %.3f  R' %.3f  h %.3f  %s\n", name, es, ry, ryn, rr, rh,
-            pass ? "pass" : "FAIL");
+    const int pass = es <= tol_s && ry <= 1.0 && ryn <= 1.0 && rr <= 1.0 && rh <= 1.0 && rf2 <= 1.0 && ry2 <= 1.0;
+    TU_CHECK(c, pass,
+             "mhc %s: small %.3g (<= %.0e), y %.3f, y(norm) %.3f, R' %.3f, h %.3f, fused R' %.3f, next y %.3f (ratios <= 1)",
+             name, es, tol_s, ry, ryn, rr, rh, rf2, ry2);
+    fprintf(log, "mhc %-34s pre/post/C %.2e  y %.3f  y(norm) %.3f  R' %.3f  h %.3f  fused R' %.3f  next y %.3f  %s\n",
+            name, es, ry, ryn, rr, rh, rf2, ry2, pass ? "pass" : "FAIL");
     rc = !pass;
   }
 
 done:
   free(R); free(out); free(fn); free(hfn); free(nw); free(hpart); free(hws);
   for (int s = 0; s < 2; s++)
-    for (int i = 0; i < 4; i++) free(*ybufs[s][i]);
+    for (int i = 0; i < 6; i++) free(*ybufs[s][i]);
   free(dv.post); free(dv.C); free(dv.prew); free(rf.post); free(rf.C); free(rf.prew);
+  free(dv.post2); free(dv.C2); free(rf.post2); free(rf.C2);
   return rc;
 }
 

@@ -84,6 +84,7 @@ const dsk_backend dsk__backend_cpu_ref = {
     .mhc_pre = dsk__ref_mhc_pre,
     .mhc_post = dsk__ref_mhc_post,
     .mhc_head = dsk__ref_mhc_head,
+    .mhc_post_prenorm = dsk__ref_mhc_post_prenorm,
     .indexer_logits = dsk__ref_indexer_logits,
     .topk_workspace = dsk__ref_topk_workspace,
     .topk = dsk__ref_topk,

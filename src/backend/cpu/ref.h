@@ -19,6 +19,7 @@ dsk_status dsk__ref_mhc_prenorm(dsk_ctx *ctx, const dsk_mhc_prenorm_desc *d, con
 dsk_status dsk__ref_mhc_pre(dsk_ctx *ctx, const dsk_mhc_pre_desc *d, const dsk_tactic *t);
 dsk_status dsk__ref_mhc_post(dsk_ctx *ctx, const dsk_mhc_post_desc *d);
 dsk_status dsk__ref_mhc_head(dsk_ctx *ctx, const dsk_mhc_head_desc *d, const dsk_tactic *t);
+dsk_status dsk__ref_mhc_post_prenorm(dsk_ctx *ctx, const dsk_mhc_post_prenorm_desc *d, const dsk_tactic *t);
 /* ref_indexer.c (fp64 scores, exact top-k) */
 dsk_status dsk__ref_indexer_logits(dsk_ctx *ctx, const dsk_indexer_logits_desc *d, int64_t skip_le);
 int64_t dsk__ref_topk_workspace(const dsk_ctx *ctx, const dsk__topk_args *a);

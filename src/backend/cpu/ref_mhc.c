@@ -22,6 +22,7 @@
  *  post     R'[t, j, d] = bf16(post_j out[t, d] + sum_i C_ij R[t, i, d]),
  *           all four streams of an element loaded before any is stored (so
  *           R_out == R works).
+ *  post_prenorm  post into R_out, then prenorm on the rounded R_out.
  *  head     prenorm with the 4 rows of hc_head_fn into the workspace (d
  *           [S, T, 4] then q [S, T]), then per token r, m, pre_i =
  *           sigmoid(m_i s + b_i) + eps_hc and h = bf16(sum_i pre_i R_i).
@@ -259,6 +260,28 @@ dsk_status dsk__ref_mhc_post(dsk_ctx *ctx, const dsk_mhc_post_desc *d) {
       }
     }
   }
+  return DSK_STATUS_OK;
+}
+
+/* ------------------------------------------------------- post + prenorm */
+dsk_status dsk__ref_mhc_post_prenorm(dsk_ctx *ctx, const dsk_mhc_post_prenorm_desc *d, const dsk_tactic *t) {
+  dsk_mhc_post_desc od;
+  dsk_mhc_post_desc_init(&od);
+  od.T = d->T;
+  od.D = d->D;
+  od.out = d->out;
+  od.out_stride = d->out_stride;
+  od.R = d->R;
+  od.R_stride = d->R_stride;
+  od.post = d->post;
+  od.C = d->C;
+  od.R_out = d->R_out;
+  od.R_out_stride = d->R_out_stride;
+  dsk_status st = dsk__ref_mhc_post(ctx, &od);
+  if (st != DSK_STATUS_OK) return st;
+  const int64_t S = t->v[0], T = d->T;
+  project_all(ctx, d->R_out, d->R_out_stride, d->fn, T, d->nD, DSK_MHC_MIX, S,
+              d->precision == DSK_MHC_PRECISION_TF32, d->partials, d->partials + S * T * DSK_MHC_MIX);
   return DSK_STATUS_OK;
 }
 

@@ -78,6 +78,7 @@ dsk_status dsk__cuda_mhc_prenorm(dsk_ctx *ctx, const dsk_mhc_prenorm_desc *d, co
 dsk_status dsk__cuda_mhc_pre(dsk_ctx *ctx, const dsk_mhc_pre_desc *d, const dsk_tactic *t);
 dsk_status dsk__cuda_mhc_post(dsk_ctx *ctx, const dsk_mhc_post_desc *d);
 dsk_status dsk__cuda_mhc_head(dsk_ctx *ctx, const dsk_mhc_head_desc *d, const dsk_tactic *t);
+dsk_status dsk__cuda_mhc_post_prenorm(dsk_ctx *ctx, const dsk_mhc_post_prenorm_desc *d, const dsk_tactic *t);
 /* Shared memory bytes of the largest mHC kernel configuration
  * (host-computable; for the SM120 budget test). */
 int64_t dsk__cuda_mhc_smem_bytes(void);

@@ -22,6 +22,7 @@
   .mhc_pre = dsk__cuda_mhc_pre,                           \
   .mhc_post = dsk__cuda_mhc_post,                         \
   .mhc_head = dsk__cuda_mhc_head,                         \
+  .mhc_post_prenorm = dsk__cuda_mhc_post_prenorm,         \
   .indexer_logits = dsk__cuda_indexer_logits,             \
   .topk_workspace = dsk__cuda_topk_workspace,             \
   .topk = dsk__cuda_topk,                                 \

@@ -2,10 +2,11 @@
  * projection (dsk_mhc_prenorm, and the projection of dsk_mhc_head), the
  * per-token finish (dsk_mhc_pre: split sums, RMS factor, sigmoids, Sinkhorn,
  * weighted stream sum, optional fused RMSNorm; the head's finish), and
- * dsk_mhc_post. Portable CUDA (fp32 FMA on CUDA cores, cp.async, warp
+ * dsk_mhc_post, and the fused dsk_mhc_post_prenorm (the projection kernel
+ * forming R' on the way in). Portable CUDA (fp32 FMA on CUDA cores, cp.async, warp
  * shuffles, griddepcontrol; no wgmma, TMEM, clusters or tensor-core MMA):
- * one source for sm_90 and sm_120a/121a, at most 80 KB of shared memory per
- * block (dsk__cuda_mhc_smem_bytes).
+ * one source for sm_90 and sm_120a/121a, at most 97.3 KB of shared memory per
+ * block (dsk__cuda_mhc_smem_bytes; the fused post + prenorm's T16 ring).
  *
  * Descriptors arrive validated (src/ops/mhc.c): T >= 1, D a multiple of 8,
  * nD = 4 D, every vector-accessed tensor 16-byte aligned with 16-byte row
@@ -41,6 +42,8 @@
  * its speed (docs/mhc.md lists the MMA path as not done).
  */
 #include <string.h>
+
+#include <type_traits>
 
 #include "cuda_common.cuh"
 
@@ -124,12 +127,22 @@ int project_config(int64_t T, int64_t S, int sms, int64_t smem_limit) {
   return kProjT8;
 }
 
-template <int NOUT, int TW, int WG, int WT, int NSTG>
+/* The fused post + prenorm (POST) configurations: 4-warp CTAs of all 24
+ * outputs (one CTA per split and token tile, so each R' value is formed
+ * once per split; with prenorm's 1-warp CTAs per output group it would be
+ * formed four times, serially in one warp) of 1, 4 or 8 tokens while
+ * T <= 8 (4-stage rings, up to 90 KB); above, PT16: 8-warp CTAs of 16
+ * tokens (two token groups of 8 share each fn stage) with a 3-stage ring
+ * of 96 KB (2 stages where the opt-in limit is lower). T32's five x slots
+ * per stage would not fit. */
+using ShapePostT16 = ProjShape<DSK_MHC_MIX, 8, 4, 2, 3, true>;
+
+template <int NOUT, int TW, int WG, int WT, int NSTG, bool POST = false>
 cudaError_t launch_project_cfg(bool tf32, cudaStream_t st, const ProjParams &pp, int64_t S) {
-  using Sh = ProjShape<NOUT, TW, WG, WT, NSTG>;
+  using Sh = ProjShape<NOUT, TW, WG, WT, NSTG, POST>;
   const dim3 grid(dsk__ceil_div_u(pp.T, Sh::TT), (unsigned)S, kOutGroups / WG);
-  void (*kern)(const ProjParams) = tf32 ? mhc_project_kernel<NOUT, TW, WG, WT, NSTG, true>
-                                        : mhc_project_kernel<NOUT, TW, WG, WT, NSTG, false>;
+  void (*kern)(const ProjParams) = tf32 ? mhc_project_kernel<NOUT, TW, WG, WT, NSTG, true, POST>
+                                        : mhc_project_kernel<NOUT, TW, WG, WT, NSTG, false, POST>;
   cudaError_t e = smem_optin(kern, Sh::SMEM);
   if (e != cudaSuccess) return e;
   return dsk__launch_pdl(kern, grid, dim3(Sh::NT), (size_t)Sh::SMEM, st, pp);
@@ -155,6 +168,15 @@ cudaError_t launch_project(const dsk_ctx *ctx, bool tf32, cudaStream_t st, const
     case kProjT16: return launch_project_cfg<NOUT, 16, 4, 1, 3>(tf32, st, pp, S);
     default: return launch_project_cfg<NOUT, 16, 4, 2, 4>(tf32, st, pp, S);
   }
+}
+
+cudaError_t launch_post_project(const dsk_ctx *ctx, bool tf32, cudaStream_t st, const ProjParams &pp, int64_t S) {
+  if (pp.T == 1) return launch_project_cfg<DSK_MHC_MIX, 1, 4, 1, 4, true>(tf32, st, pp, S);
+  if (pp.T <= 4) return launch_project_cfg<DSK_MHC_MIX, 4, 4, 1, 4, true>(tf32, st, pp, S);
+  if (pp.T <= 8) return launch_project_cfg<DSK_MHC_MIX, 8, 4, 1, 4, true>(tf32, st, pp, S);
+  if (ShapePostT16::SMEM + ShapePostT16::MIX_BYTES <= dsk__cuda_state(ctx)->smem_optin)
+    return launch_project_cfg<DSK_MHC_MIX, 8, 4, 2, 3, true>(tf32, st, pp, S);
+  return launch_project_cfg<DSK_MHC_MIX, 8, 4, 2, 2, true>(tf32, st, pp, S);
 }
 
 /* R vectors per stream and y thread loaded at entry: all of them for D <= 4096. */
@@ -239,6 +261,33 @@ extern "C" dsk_status dsk__cuda_mhc_post(dsk_ctx *ctx, const dsk_mhc_post_desc *
   return DSK_STATUS_OK;
 }
 
+extern "C" dsk_status dsk__cuda_mhc_post_prenorm(dsk_ctx *ctx, const dsk_mhc_post_prenorm_desc *d,
+                                                  const dsk_tactic *t) {
+  DSK_CUDA_TRY("mhc_post_prenorm", cudaSetDevice(dsk__cuda_state(ctx)->device));
+  const int64_t S = t->v[0];
+  cudaStream_t st = dsk__cuda_stream(ctx, d->stream);
+  ProjParams pp;
+  memset(&pp, 0, sizeof pp);
+  pp.R = (const uint16_t *)d->R;
+  pp.R_stride = d->R_stride;
+  pp.fn = d->fn;
+  pp.T = d->T;
+  pp.nD = d->nD;
+  pp.Kc = dsk_mhc_split_width(d->nD, S);
+  pp.d = d->partials;
+  pp.q = d->partials + S * d->T * DSK_MHC_MIX;
+  pp.out = (const uint16_t *)d->out;
+  pp.out_stride = d->out_stride;
+  pp.D = d->D;
+  pp.post = d->post;
+  pp.C = d->C;
+  pp.R_out = (uint16_t *)d->R_out;
+  pp.R_out_stride = d->R_out_stride;
+  DSK_CUDA_TRY("mhc_post_prenorm",
+               launch_post_project(ctx, d->precision == DSK_MHC_PRECISION_TF32, st, pp, S));
+  return DSK_STATUS_OK;
+}
+
 extern "C" dsk_status dsk__cuda_mhc_head(dsk_ctx *ctx, const dsk_mhc_head_desc *d, const dsk_tactic *t) {
   DSK_CUDA_TRY("mhc_head", cudaSetDevice(dsk__cuda_state(ctx)->device));
   const int64_t S = t->v[0];
@@ -273,6 +322,7 @@ extern "C" int64_t dsk__cuda_mhc_smem_bytes(void) {
   /* the finish kernel with the fused norm at the largest S and D, or the
    * largest projection ring (T32) */
   const int64_t finish = (int64_t)sizeof(FinishSmem<DSK_MHC_MIX>) + finish_dyn_bytes(DSK_MHC_MAX_D, true);
-  const int64_t project = ShapeT32::SMEM;
+  int64_t project = ShapeT32::SMEM;
+  if (ShapePostT16::SMEM + ShapePostT16::MIX_BYTES > project) project = ShapePostT16::SMEM + ShapePostT16::MIX_BYTES;
   return finish > project ? finish : project;
 }

@@ -1,6 +1,6 @@
 /* mhc_kernels.cuh - the device code of the CUDA mHC ops (mhc.cu; spec/mhc.md,
- * docs/mhc.md): constants, helpers, the split projection, the per-token
- * finish and post kernels. Included by mhc.cu inside its anonymous
+ * docs/mhc.md): constants, helpers, the split projection (also in its fused
+ * post + prenorm form), the per-token finish and post kernels. Included by mhc.cu inside its anonymous
  * namespace, after the PTX wrappers these kernels call (pdl_wait,
  * pdl_launch_dependents, cp_async16, cp_async_commit,
  * cp_async_wait<N>, prefetch_l2, rcp_approx, bar_sync_1<N>) and the macro
@@ -118,30 +118,55 @@ __host__ __device__ constexpr int reduced_count(int n) {
  * rows: every 32-byte sector is fetched once). Each lane keeps its TN x 4 fn
  * values of the stage in registers and walks its tokens. The fn copies of
  * the first NSTG-1 stages are issued before griddepcontrol.wait (constant
- * weights). Outputs d [S, T, NOUT], q [S, T]. */
+ * weights). Outputs d [S, T, NOUT], q [S, T].
+ *
+ * POST (dsk_mhc_post_prenorm, NOUT = 24): x is R' = bf16(post_j out +
+ * sum_i C_ij R_i), formed in the kernel. A stage's x region then holds five
+ * slots of TT x 128 bf16: for the stage's column c (stream j = c / D,
+ * element e = c - j D) slot i < 4 receives R[t, i, e] and slot 4 out[t, e]
+ * (16-byte cp.async copies; every stream is read by the four splits whose
+ * columns share e, through L2). After its own copies have landed, each
+ * thread turns the 8 columns it copied into R' (the arithmetic of
+ * mhc_post_kernel, same bits), writes them over slot 0, where the product
+ * loop reads x, and the CTAs of output group 0 store them to R_out; the
+ * stage's barrier then publishes slot 0. post and C of the CTA's tokens sit
+ * in shared memory (loaded after the wait, once the first x copies are in
+ * flight). With WG < 4 (several CTAs per split and token tile; mhc.cu
+ * launches POST with WG = 4) every such CTA would form the same R' and
+ * only output group 0 stores it. */
 struct ProjParams {
   const uint16_t *R;
   int64_t R_stride;
   const float *fn;
   int64_t T, nD, Kc;
   float *d, *q;
+  /* POST only */
+  const uint16_t *out;
+  int64_t out_stride, D;
+  const float *post, *C;
+  uint16_t *R_out;
+  int64_t R_out_stride;
 };
 
-template <int NOUT, int TW, int WG, int WT, int NSTG>
+constexpr int kMixPerToken = 20; /* POST: post[4] then C[16] of a token in shared memory */
+
+template <int NOUT, int TW, int WG, int WT, int NSTG, bool POST = false>
 struct ProjShape {
   static constexpr int TN = NOUT / kOutGroups;
   static constexpr int ROWS = TN * WG;
   static constexpr int TT = TW * WT;
   static constexpr int NT = 32 * WG * WT;
   static constexpr int FN_BYTES = ROWS * kRound * 4;
-  static constexpr int X_BYTES = TT * kRound * 2;
+  static constexpr int X_SLOT = TT * kRound;           /* bf16 elements of one x slot */
+  static constexpr int X_BYTES = (POST ? 5 : 1) * X_SLOT * 2;
   static constexpr int STAGE = FN_BYTES + X_BYTES;
   static constexpr int SMEM = NSTG * STAGE;
+  static constexpr int MIX_BYTES = POST ? TT * kMixPerToken * 4 : 0; /* static shared memory */
 };
 
-template <int NOUT, int TW, int WG, int WT, int NSTG, bool TF32>
+template <int NOUT, int TW, int WG, int WT, int NSTG, bool TF32, bool POST = false>
 __global__ void __launch_bounds__(32 * WG * WT) mhc_project_kernel(const ProjParams p) {
-  using Sh = ProjShape<NOUT, TW, WG, WT, NSTG>;
+  using Sh = ProjShape<NOUT, TW, WG, WT, NSTG, POST>;
   constexpr int TN = Sh::TN, ROWS = Sh::ROWS, TT = Sh::TT, NT = Sh::NT;
   constexpr int SQN = (TW + 3) / 4;          /* sums of squares per warp */
   constexpr int FN_N = ROWS * (kRound / 4);  /* 16-byte fn copies per stage */
@@ -151,7 +176,9 @@ __global__ void __launch_bounds__(32 * WG * WT) mhc_project_kernel(const ProjPar
   static_assert(NOUT % kOutGroups == 0 && kOutGroups % WG == 0, "output groups must tile the outputs");
   static_assert(NSTG >= 2, "the ring needs two stages");
   static_assert(Sh::FN_BYTES % 16 == 0 && Sh::STAGE % 16 == 0, "16-byte aligned stage regions");
+  static_assert(!POST || NOUT == DSK_MHC_MIX, "the fused post feeds the 24-output projection");
   extern __shared__ __align__(16) unsigned char proj_smem[];
+  __shared__ DSK_MHC_STATIC float s_mix[POST ? TT * kMixPerToken : 1];
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int gl = warp % WG, h = warp / WG;
@@ -188,8 +215,84 @@ __global__ void __launch_bounds__(32 * WG * WT) mhc_project_kernel(const ProjPar
     for (int k = 0; k < X_CP; k++) {
       const int u = tid + k * NT;
       const int m = u >> 4, c8 = u & 15;
-      if (u < X_N && m < ntok && 8 * c8 < rem)
-        cp_async16(dst + m * kRound + 8 * c8, Rb + m * p.R_stride + col0 + 8 * c8);
+      if (u < X_N && m < ntok && 8 * c8 < rem) {
+        if constexpr (POST) { /* the four streams and out at element e of column c */
+          const int c = (int)kb + col0 + 8 * c8, j = c / (int)p.D, e = c - j * (int)p.D; /* nD < 2^17 */
+          const uint16_t *src = p.R + (t0 + m) * p.R_stride + e;
+#pragma unroll
+          for (int i = 0; i < 4; i++) cp_async16(dst + i * Sh::X_SLOT + m * kRound + 8 * c8, src + i * p.D);
+          cp_async16(dst + 4 * Sh::X_SLOT + m * kRound + 8 * c8, p.out + (t0 + m) * p.out_stride + e);
+        } else {
+          cp_async16(dst + m * kRound + 8 * c8, Rb + m * p.R_stride + col0 + 8 * c8);
+        }
+      }
+    }
+  };
+  /* POST: R' of stage st over slot 0 (and to R_out from output group 0).
+   * R'[j, e] for 4 or 8 columns from the five source slots: the arithmetic
+   * of mhc_post_kernel (same bits). */
+  auto form_cols = [&](uint16_t *xs0, int m, int c, auto cols) {
+    constexpr int NC = decltype(cols)::value;
+    const int j = c / (int)p.D, e = c - j * (int)p.D; /* nD < 2^17; NC columns never straddle streams */
+    float xi[4][8], o[8];
+    if constexpr (NC == 8) {
+#pragma unroll
+      for (int i = 0; i < 4; i++) unpack8(*reinterpret_cast<const uint4 *>(xs0 + i * Sh::X_SLOT), xi[i]);
+      unpack8(*reinterpret_cast<const uint4 *>(xs0 + 4 * Sh::X_SLOT), o);
+    } else {
+#pragma unroll
+      for (int i = 0; i < 5; i++) {
+        const uint2 v = *reinterpret_cast<const uint2 *>(xs0 + i * Sh::X_SLOT);
+        float *dst = i < 4 ? xi[i] : o;
+        dst[0] = bf16_lo(v.x); dst[1] = bf16_hi(v.x); dst[2] = bf16_lo(v.y); dst[3] = bf16_hi(v.y);
+      }
+    }
+    const float *mx = s_mix + m * kMixPerToken;
+    const float pw = mx[j];
+    float cj[4];
+#pragma unroll
+    for (int i = 0; i < 4; i++) cj[i] = mx[4 + 4 * i + j];
+    float a[8];
+#pragma unroll
+    for (int kk = 0; kk < NC; kk++) {
+      float acc = pw * o[kk];
+#pragma unroll
+      for (int i = 0; i < 4; i++) acc = fmaf(cj[i], xi[i][kk], acc);
+      a[kk] = acc;
+    }
+    uint16_t *dst = p.R_out + (t0 + m) * p.R_out_stride + j * p.D + e;
+    if constexpr (NC == 8) {
+      const uint4 r = pack8(a);
+      *reinterpret_cast<uint4 *>(xs0) = r;
+      if (blockIdx.z == 0) *reinterpret_cast<uint4 *>(dst) = r;
+    } else {
+      const uint2 r = make_uint2(pack_bf16(a[0], a[1]), pack_bf16(a[2], a[3]));
+      *reinterpret_cast<uint2 *>(xs0) = r;
+      if (blockIdx.z == 0) *reinterpret_cast<uint2 *>(dst) = r;
+    }
+  };
+  /* 8-column items are the ones this thread copied (its own copies have
+   * landed: no barrier); when they would leave threads idle (TT * 16 <
+   * NT), 4-column items spread over every thread after a barrier */
+  constexpr bool FORM4 = TT * 16 < NT;
+  auto form_post = [&](int st) {
+    uint16_t *xr = reinterpret_cast<uint16_t *>(proj_smem + (st % NSTG) * Sh::STAGE + Sh::FN_BYTES);
+    const int col0 = st * kRound, rem = width - col0;
+    if constexpr (FORM4) {
+      __syncthreads(); /* every thread's copies of stage st */
+      for (int u = tid; u < TT * 32; u += NT) {
+        const int m = u >> 5, c4 = u & 31;
+        if (m < ntok && 4 * c4 < rem)
+          form_cols(xr + m * kRound + 4 * c4, m, (int)kb + col0 + 4 * c4, std::integral_constant<int, 4>());
+      }
+    } else {
+#pragma unroll
+      for (int k = 0; k < X_CP; k++) {
+        const int u = tid + k * NT;
+        const int m = u >> 4, c8 = u & 15;
+        if (u < X_N && m < ntok && 8 * c8 < rem)
+          form_cols(xr + m * kRound + 8 * c8, m, (int)kb + col0 + 8 * c8, std::integral_constant<int, 8>());
+      }
     }
   };
 
@@ -205,6 +308,14 @@ __global__ void __launch_bounds__(32 * WG * WT) mhc_project_kernel(const ProjPar
     if (k < nst) load_x(k);
     cp_async_commit();
   }
+  if constexpr (POST) { /* after the x copies are issued: the two round trips overlap */
+    for (int e = tid; e < ntok * kMixPerToken; e += NT) {
+      const int64_t t = t0 + e / kMixPerToken;
+      const int v = e % kMixPerToken;
+      s_mix[e] = v < 4 ? p.post[t * 4 + v] : p.C[t * 16 + (v - 4)];
+    }
+    __syncthreads();
+  }
 
   float acc[TW * TN];
   float sq[SQN];
@@ -215,6 +326,7 @@ __global__ void __launch_bounds__(32 * WG * WT) mhc_project_kernel(const ProjPar
 
   for (int st = 0; st < nst; st++) {
     cp_async_wait<NSTG - 2>(); /* groups 0..st of this thread have landed: stage st */
+    if constexpr (POST) form_post(st);
     __syncthreads();           /* ... everybody's; and everybody is done with stage st-1 */
     if (st + NSTG - 1 < nst) { /* refill the buffer of stage st-1 */
       load_fn(st + NSTG - 1);
