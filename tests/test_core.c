@@ -87,6 +87,7 @@ static void test_version(void) {
     const char *name;
   } more[] = {{DSK_OP_MHC_PRENORM, "mhc_prenorm"},       {DSK_OP_MHC_PRE, "mhc_pre"},
               {DSK_OP_MHC_POST, "mhc_post"},             {DSK_OP_MHC_HEAD, "mhc_head"},
+              {DSK_OP_MHC_POST_PRENORM, "mhc_post_prenorm"},
               {DSK_OP_INDEXER_LOGITS, "indexer_logits"}, {DSK_OP_TOPK, "topk"},
               {DSK_OP_INDEXER_SLOTS, "indexer_topk_slots"}, {DSK_OP_MOE_MX_QUANTIZE, "mx_quantize"},
               {DSK_OP_MOE_FP8_QUANTIZE, "fp8_quantize_1x128"}, {DSK_OP_MOE_PACK_WORDS, "pack_ue8m0_words"},
@@ -98,7 +99,8 @@ static void test_version(void) {
     TU_CHECK(&counts, dsk_op_name(more[i].op) && strcmp(dsk_op_name(more[i].op), more[i].name) == 0,
              "op %d: '%s' != '%s'", (int)more[i].op, dsk_op_name(more[i].op) ? dsk_op_name(more[i].op) : "(null)",
              more[i].name);
-  TU_CHECK(&counts, DSK_OP_MHC_PRENORM == 20 && DSK_OP_MHC_HEAD == 23 && DSK_OP_INDEXER_LOGITS == 30 &&
+  TU_CHECK(&counts, DSK_OP_MHC_PRENORM == 20 && DSK_OP_MHC_HEAD == 23 && DSK_OP_MHC_POST_PRENORM == 24 &&
+                        DSK_OP_INDEXER_LOGITS == 30 &&
                         DSK_OP_INDEXER_SLOTS == 32, "op ids");
   TU_CHECK(&counts, DSK_OP_MOE_MX_QUANTIZE == 40 && DSK_OP_MOE_FP8_QUANTIZE == 41 && DSK_OP_MOE_PACK_WORDS == 42 &&
                         DSK_OP_MOE_SF_PACK == 43 && DSK_OP_MOE_ROUTE == 44 && DSK_OP_MOE_PERMUTE == 45 &&
