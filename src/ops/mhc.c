@@ -285,6 +285,21 @@ static dsk_status check_partials(const char *op, const char *name, const void *p
   return DSK_STATUS_OK;
 }
 
+/* The leading checks of an op that runs the split projection (prenorm,
+ * post_prenorm, head), in the documented order: struct_size, precision,
+ * fixed_splits >= 0, T (*noop on T == 0, which skips the rest), D and nD,
+ * fixed_splits <= S_max. */
+static dsk_status check_proj_head(const char *op, size_t struct_size, size_t want, const char *type, int precision,
+                                  int32_t fixed, int64_t T, int64_t D, int64_t nD, int *noop) {
+  dsk_status st = check_struct(op, struct_size, want, type);
+  if (st != DSK_STATUS_OK) return st;
+  if ((st = check_precision(op, precision)) != DSK_STATUS_OK) return st;
+  if (fixed < 0) return dsk__fail(DSK_STATUS_INVALID_ARG, "%s: fixed_splits %d < 0", op, (int)fixed);
+  if ((st = check_T(op, T, noop)) != DSK_STATUS_OK || *noop) return st;
+  if ((st = check_D_nD(op, D, nD)) != DSK_STATUS_OK) return st;
+  return check_splits(op, fixed, nD);
+}
+
 /* ----------------------------------------------------------- prenorm */
 #define OP_PRENORM "mhc_prenorm"
 
@@ -294,19 +309,11 @@ static dsk_status prenorm_validate(const dsk_ctx *ctx, const dsk_mhc_prenorm_des
                                    int *source) {
   const char *op = OP_PRENORM;
   if (!d) return dsk__fail(DSK_STATUS_INVALID_ARG, "%s: desc is NULL", op);
-  int noop;
-  dsk_status st = check_struct(op, d->struct_size, sizeof *d, "dsk_mhc_prenorm_desc");
-  if (st != DSK_STATUS_OK) return st;
-  if ((st = check_precision(op, (int)d->precision)) != DSK_STATUS_OK) return st;
-  if (d->fixed_splits < 0)
-    return dsk__fail(DSK_STATUS_INVALID_ARG, "%s: fixed_splits %d < 0", op, (int)d->fixed_splits);
-  if ((st = check_T(op, d->T, &noop)) != DSK_STATUS_OK) return st;
-  if (noop) {
-    if (S_out) *S_out = 0;
-    return DSK_STATUS_OK;
-  }
-  if ((st = check_D_nD(op, d->D, d->nD)) != DSK_STATUS_OK) return st;
-  if ((st = check_splits(op, d->fixed_splits, d->nD)) != DSK_STATUS_OK) return st;
+  int noop = 0;
+  if (S_out) *S_out = 0;
+  dsk_status st = check_proj_head(op, d->struct_size, sizeof *d, "dsk_mhc_prenorm_desc", (int)d->precision,
+                                  d->fixed_splits, d->T, d->D, d->nD, &noop);
+  if (st != DSK_STATUS_OK || noop) return st;
   if ((st = check_rows(ctx, op, "R", d->R, d->R_stride, d->T, d->nD, 2, 1)) != DSK_STATUS_OK) return st;
   if ((st = check_f32(ctx, op, "fn", d->fn, DSK_MHC_MIX * d->nD, 1)) != DSK_STATUS_OK) return st;
   int64_t S = 0;
@@ -485,19 +492,11 @@ static dsk_status post_prenorm_validate(const dsk_ctx *ctx, const dsk_mhc_post_p
                                         int64_t *S_out, int *source) {
   const char *op = OP_POST_PRENORM;
   if (!d) return dsk__fail(DSK_STATUS_INVALID_ARG, "%s: desc is NULL", op);
-  int noop;
-  dsk_status st = check_struct(op, d->struct_size, sizeof *d, "dsk_mhc_post_prenorm_desc");
-  if (st != DSK_STATUS_OK) return st;
-  if ((st = check_precision(op, (int)d->precision)) != DSK_STATUS_OK) return st;
-  if (d->fixed_splits < 0)
-    return dsk__fail(DSK_STATUS_INVALID_ARG, "%s: fixed_splits %d < 0", op, (int)d->fixed_splits);
-  if ((st = check_T(op, d->T, &noop)) != DSK_STATUS_OK) return st;
-  if (noop) {
-    if (S_out) *S_out = 0;
-    return DSK_STATUS_OK;
-  }
-  if ((st = check_D_nD(op, d->D, d->nD)) != DSK_STATUS_OK) return st;
-  if ((st = check_splits(op, d->fixed_splits, d->nD)) != DSK_STATUS_OK) return st;
+  int noop = 0;
+  if (S_out) *S_out = 0;
+  dsk_status st = check_proj_head(op, d->struct_size, sizeof *d, "dsk_mhc_post_prenorm_desc", (int)d->precision,
+                                  d->fixed_splits, d->T, d->D, d->nD, &noop);
+  if (st != DSK_STATUS_OK || noop) return st;
   const int64_t nD = d->nD;
   if ((st = check_rows(ctx, op, "out", d->out, d->out_stride, d->T, d->D, 2, 1)) != DSK_STATUS_OK) return st;
   if ((st = check_rows(ctx, op, "R", d->R, d->R_stride, d->T, nD, 2, 1)) != DSK_STATUS_OK) return st;
@@ -566,19 +565,11 @@ static dsk_status head_validate(const dsk_ctx *ctx, const dsk_mhc_head_desc *d, 
                                 int *source) {
   const char *op = OP_HEAD;
   if (!d) return dsk__fail(DSK_STATUS_INVALID_ARG, "%s: desc is NULL", op);
-  int noop;
-  dsk_status st = check_struct(op, d->struct_size, sizeof *d, "dsk_mhc_head_desc");
-  if (st != DSK_STATUS_OK) return st;
-  if ((st = check_precision(op, (int)d->precision)) != DSK_STATUS_OK) return st;
-  if (d->fixed_splits < 0)
-    return dsk__fail(DSK_STATUS_INVALID_ARG, "%s: fixed_splits %d < 0", op, (int)d->fixed_splits);
-  if ((st = check_T(op, d->T, &noop)) != DSK_STATUS_OK) return st;
-  if (noop) {
-    if (S_out) *S_out = 0;
-    return DSK_STATUS_OK;
-  }
-  if ((st = check_D_nD(op, d->D, d->nD)) != DSK_STATUS_OK) return st;
-  if ((st = check_splits(op, d->fixed_splits, d->nD)) != DSK_STATUS_OK) return st;
+  int noop = 0;
+  if (S_out) *S_out = 0;
+  dsk_status st = check_proj_head(op, d->struct_size, sizeof *d, "dsk_mhc_head_desc", (int)d->precision,
+                                  d->fixed_splits, d->T, d->D, d->nD, &noop);
+  if (st != DSK_STATUS_OK || noop) return st;
   if ((st = check_eps(op, "eps_rms", d->eps_rms, 0)) != DSK_STATUS_OK) return st;
   if ((st = check_eps(op, "eps_hc", d->eps_hc, 1)) != DSK_STATUS_OK) return st;
   if ((st = check_rows(ctx, op, "R", d->R, d->R_stride, d->T, d->nD, 2, 1)) != DSK_STATUS_OK) return st;
