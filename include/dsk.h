@@ -485,10 +485,10 @@ DSK_API dsk_status dsk_mhc_post(dsk_ctx *ctx, const dsk_mhc_post_desc *desc);
  * fn) computed from those rounded values, in one call. The next sublayer's
  * dsk_mhc_pre takes R = R_out, the partials and the same fixed_splits (0
  * resolves as for dsk_mhc_prenorm: the prenorm tuned entry of the T
- * bucket, else the heuristic). R_out must not overlap R, out or the
- * partials (no in-place form: split s of the projection needs all four
- * streams of its columns, which other splits overwrite; ping-pong two
- * residual buffers). The CUDA backend gives the same bits as dsk_mhc_post
+ * bucket, else the heuristic). R_out and the partials must not overlap
+ * each other or any input (R, out, post, C, fn): there is no in-place form
+ * (split s of the projection needs all four streams of its columns, which
+ * other splits overwrite; ping-pong two residual buffers). The CUDA backend gives the same bits as dsk_mhc_post
  * followed by dsk_mhc_prenorm with the same S. */
 typedef struct dsk_mhc_post_prenorm_desc {
   size_t struct_size;
@@ -498,7 +498,7 @@ typedef struct dsk_mhc_post_prenorm_desc {
   const dsk_bf16 *R; int64_t R_stride;     /* [T, 4, D] */
   const float *post;        /* [T, 4] from dsk_mhc_pre */
   const float *C;           /* [T, 4, 4] from dsk_mhc_pre */
-  dsk_bf16 *R_out; int64_t R_out_stride;   /* out [T, 4, D]; no overlap with R, out, partials */
+  dsk_bf16 *R_out; int64_t R_out_stride;   /* out [T, 4, D]; overlaps nothing else */
   const float *fn;          /* [24, nD] of the next sublayer (hc_ffn_fn after attention, ...) */
   int32_t fixed_splits;     /* S, as for dsk_mhc_prenorm */
   dsk_mhc_precision precision;

@@ -303,8 +303,10 @@ bool run_case(dsk_ctx *cpu, const Case &c, uint64_t seed) {
     }
   }
   /* fused: R' and partials bit-identical to post + projection; R' within
-   * its bound of the cpu-ref's (fed the kernel's post and C), partials
-   * within tol_s of the cpu-ref's relative to the sum of |terms| */
+   * its bound of the cpu-ref's (fed the kernel's post and C); partials
+   * within tol_s (relative to the sum of |terms|) of an fp64 projection of
+   * the kernel's own R' (the cpu-ref's R' may differ from it by one bf16
+   * ulp in a few elements, which moves a partial by far more than tol_s) */
   int64_t fbits = 0;
   for (size_t i = 0; i < Rf.size(); i++) fbits += Rf[i] != Ro[i];
   for (size_t i = 0; i < fpart.size(); i++) fbits += memcmp(&fpart[i], &fpart2[i], 4) != 0;
@@ -324,13 +326,16 @@ bool run_case(dsk_ctx *cpu, const Case &c, uint64_t seed) {
     for (int64_t t = 0; t < T; t++) {
       const int64_t kb = std::min(s * Kc, nD), ke = std::min(kb + Kc, nD);
       for (int j = 0; j <= DSK_MHC_MIX; j++) { /* j = 24: the sum of squares */
-        double mag = 0;
+        double mag = 0, ref = 0;
         for (int64_t k = kb; k < ke; k++) {
           const double x = bf(Rf[(size_t)(t * nD + k)]);
-          mag += j < DSK_MHC_MIX ? fabs((double)fn[(size_t)(j * nD + k)] * x) : x * x;
+          double w = j < DSK_MHC_MIX ? (double)fn[(size_t)(j * nD + k)] : x;
+          if (c.tf32 && j < DSK_MHC_MIX) w = (double)tf32_rna((float)w);
+          ref += w * x;
+          mag += fabs(w * x);
         }
         const size_t e = j < DSK_MHC_MIX ? (size_t)((s * T + t) * DSK_MHC_MIX + j) : (size_t)(S * T * DSK_MHC_MIX + s * T + t);
-        upd(&ep, fabs((double)fpart[e] - rfpart[e]) / (tol_s * mag + 1e-30));
+        upd(&ep, kb == ke ? (fpart[e] == 0.0f ? 0.0 : INFINITY) : fabs((double)fpart[e] - ref) / (tol_s * mag + 1e-30));
       }
     }
   EXPECT(fbits == 0, "%s: fused post + prenorm: %lld values differ from post + prenorm", c.name, (long long)fbits);
@@ -362,6 +367,9 @@ int main() {
        * (as mhc.cu picks) and in two rounds of 8 */
       {"T 2, S 112 (S_max), D 7168, 4 tokens per warp", 7168, 2, 112, 1, false, 4, false, true, false, 0},
       {"T 1, S 112, D 7168, finish in rounds of 8 loads", 7168, 1, 112, 0, false, 4, true, false, true, 8},
+      /* streams off the 64- and 128-column grids on the fused kernel's 4-column R' paths */
+      {"T 1, S 5, D 1032, 4-column R' items", 1032, 1, 5, 0, false, 2, false, false, false, 0},
+      {"T 3, S 3, D 200, 4-column R' items", 200, 3, 3, 1, false, 2, false, true, false, 0},
   };
   return emu_test::run_cases("emu_mhc", cases, 0x6d686300u, run_case);
 }

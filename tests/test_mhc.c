@@ -996,6 +996,13 @@ static void bad_inputs(void) {
   f = F0; f.partials_bytes = 4 * T * 100 - 4; EXPECT_BAD(dsk_mhc_post_prenorm(g_dev, &f), "partials_bytes");
   f = F0; f.partials = (float *)(void *)(dRo + 64); EXPECT_BAD(dsk_mhc_post_prenorm(g_dev, &f), "overlap R_out");
   f = F0; f.partials = (float *)(void *)dR; EXPECT_BAD(dsk_mhc_post_prenorm(g_dev, &f), "overlap R");
+  f = F0; f.partials = (float *)(void *)dout; EXPECT_BAD(dsk_mhc_post_prenorm(g_dev, &f), "overlap out");
+  f = F0; f.partials = dfn + 64; EXPECT_BAD(dsk_mhc_post_prenorm(g_dev, &f), "overlap fn");
+  f = F0; f.partials = dpost; EXPECT_BAD(dsk_mhc_post_prenorm(g_dev, &f), "overlap post");
+  f = F0; f.partials = dC; EXPECT_BAD(dsk_mhc_post_prenorm(g_dev, &f), "overlap C");
+  f = F0; f.R_out = (dsk_bf16 *)(void *)dfn; EXPECT_BAD(dsk_mhc_post_prenorm(g_dev, &f), "overlaps fn");
+  f = F0; f.R_out = (dsk_bf16 *)(void *)dpost; EXPECT_BAD(dsk_mhc_post_prenorm(g_dev, &f), "overlaps post");
+  f = F0; f.R_out = (dsk_bf16 *)(void *)dC; EXPECT_BAD(dsk_mhc_post_prenorm(g_dev, &f), "overlaps C");
   if (g_cuda) {
     f = F0; f.R_out = dRo + 4; f.R_out_stride = nD; EXPECT_BAD(dsk_mhc_post_prenorm(g_dev, &f), "16-byte");
     f = F0; f.out_stride = D + 4; EXPECT_BAD(dsk_mhc_post_prenorm(g_dev, &f), "out_stride");

@@ -14,8 +14,8 @@
  * out, R_out, norm_w) and of their row strides in bytes. Outputs must not
  * overlap the inputs they are computed from (bounding address ranges), except
  * the in-place dsk_mhc_post (R_out == R with the same stride); the fused
- * post_prenorm has no in-place form and its R_out must not overlap R, out
- * or the partials. Partials and workspace sizes are checked against the
+ * post_prenorm has no in-place form: its R_out and partials must not
+ * overlap each other or any of its inputs. Partials and workspace sizes are checked against the
  * resolved S.
  *
  * Split resolution: fixed_splits > 0 pins S; 0 = the tuned entry of the
@@ -272,6 +272,16 @@ static int rows_overlap(const void *a, int64_t sa, int64_t wa, const void *b, in
   return alo < bhi && blo < ahi;
 }
 
+/* A byte range [lo, hi). */
+typedef struct mhc_span {
+  uintptr_t lo, hi;
+} mhc_span;
+static void span_of(mhc_span *s, const void *p, int64_t bytes) {
+  s->lo = (uintptr_t)p;
+  s->hi = s->lo + (uintptr_t)bytes;
+}
+static int spans_overlap(const mhc_span *a, const mhc_span *b) { return a->lo < b->hi && b->lo < a->hi; }
+
 static dsk_status check_partials(const char *op, const char *name, const void *p, int64_t bytes, int64_t need,
                                  int64_t S, int64_t T, int64_t per) {
   if (bytes < need)
@@ -486,8 +496,9 @@ dsk_status dsk_mhc_post(dsk_ctx *ctx, const dsk_mhc_post_desc *d) {
 /* ------------------------------------------------------ post + prenorm */
 #define OP_POST_PRENORM "mhc_post_prenorm"
 
-/* The post checks of post_validate, without the in-place form: R_out must
- * not overlap R, out or the partials. run as in prenorm_validate. */
+/* The post checks of post_validate, without the in-place form: neither
+ * output (R_out, partials) may overlap the other or any input (R, out,
+ * post, C, fn; bounding byte ranges). run as in prenorm_validate. */
 static dsk_status post_prenorm_validate(const dsk_ctx *ctx, const dsk_mhc_post_prenorm_desc *d, int run,
                                         int64_t *S_out, int *source) {
   const char *op = OP_POST_PRENORM;
@@ -504,15 +515,21 @@ static dsk_status post_prenorm_validate(const dsk_ctx *ctx, const dsk_mhc_post_p
   if ((st = check_f32(ctx, op, "C", d->C, 16 * d->T, 0)) != DSK_STATUS_OK) return st;
   if ((st = check_rows(ctx, op, "R_out", d->R_out, d->R_out_stride, d->T, nD, 2, 1)) != DSK_STATUS_OK) return st;
   if ((st = check_f32(ctx, op, "fn", d->fn, DSK_MHC_MIX * nD, 1)) != DSK_STATUS_OK) return st;
-  if (rows_overlap(d->R_out, d->R_out_stride, nD, d->R, d->R_stride, nD, d->T, 2))
-    return dsk__fail(DSK_STATUS_INVALID_ARG,
-                     "%s: R_out %p (R_out_stride %" PRId64 ") overlaps R %p (R_stride %" PRId64
-                     "); the fused op has no in-place form (use two residual buffers, or dsk_mhc_post in place)",
-                     op, (void *)d->R_out, d->R_out_stride, (const void *)d->R, d->R_stride);
-  if (rows_overlap(d->R_out, d->R_out_stride, nD, d->out, d->out_stride, d->D, d->T, 2))
-    return dsk__fail(DSK_STATUS_INVALID_ARG,
-                     "%s: R_out %p (R_out_stride %" PRId64 ") overlaps out %p (out_stride %" PRId64 ")", op,
-                     (void *)d->R_out, d->R_out_stride, (const void *)d->out, d->out_stride);
+  /* byte ranges: inputs R, out, post, C, fn; outputs R_out, partials */
+  mhc_span in[5], o[2];
+  row_range(d->R, d->R_stride, d->T, nD, 2, &in[0].lo, &in[0].hi);
+  row_range(d->out, d->out_stride, d->T, d->D, 2, &in[1].lo, &in[1].hi);
+  span_of(&in[2], d->post, 16 * d->T);
+  span_of(&in[3], d->C, 64 * d->T);
+  span_of(&in[4], d->fn, DSK_MHC_MIX * nD * 4);
+  static const char *const in_name[5] = {"R", "out", "post", "C", "fn"};
+  row_range(d->R_out, d->R_out_stride, d->T, nD, 2, &o[0].lo, &o[0].hi);
+  for (int i = 0; i < 5; i++)
+    if (spans_overlap(&o[0], &in[i]))
+      return dsk__fail(DSK_STATUS_INVALID_ARG, "%s: R_out %p (R_out_stride %" PRId64 ") overlaps %s %p%s", op,
+                       (void *)d->R_out, d->R_out_stride, in_name[i], (const void *)in[i].lo,
+                       i == 0 ? "; the fused op has no in-place form (use two residual buffers, or dsk_mhc_post in place)"
+                              : "");
   int64_t S = 0;
   st = mhc_resolve_splits(ctx, DSK_OP_MHC_POST_PRENORM,
                           run == 1 ? DSK__TUNE_RUN : run == 2 ? DSK__TUNE_FOLLOW : DSK__TUNE_PLAN, d->fixed_splits, nD,
@@ -523,15 +540,14 @@ static dsk_status post_prenorm_validate(const dsk_ctx *ctx, const dsk_mhc_post_p
     const int64_t need = S * d->T * 25 * 4;
     if ((st = check_partials(op, "partials", d->partials, d->partials_bytes, need, S, d->T, 25)) != DSK_STATUS_OK)
       return st;
-    uintptr_t plo = (uintptr_t)d->partials, phi = plo + (uintptr_t)need, lo, hi;
-    row_range(d->R_out, d->R_out_stride, d->T, nD, 2, &lo, &hi);
-    if (lo < phi && plo < hi)
+    span_of(&o[1], d->partials, need);
+    if (spans_overlap(&o[1], &o[0]))
       return dsk__fail(DSK_STATUS_INVALID_ARG, "%s: partials %p (%" PRId64 " bytes) overlap R_out %p", op,
                        (void *)d->partials, need, (void *)d->R_out);
-    row_range(d->R, d->R_stride, d->T, nD, 2, &lo, &hi);
-    if (lo < phi && plo < hi)
-      return dsk__fail(DSK_STATUS_INVALID_ARG, "%s: partials %p (%" PRId64 " bytes) overlap R %p", op,
-                       (void *)d->partials, need, (const void *)d->R);
+    for (int i = 0; i < 5; i++)
+      if (spans_overlap(&o[1], &in[i]))
+        return dsk__fail(DSK_STATUS_INVALID_ARG, "%s: partials %p (%" PRId64 " bytes) overlap %s %p", op,
+                         (void *)d->partials, need, in_name[i], (const void *)in[i].lo);
   }
   return DSK_STATUS_OK;
 }

@@ -273,7 +273,7 @@ __global__ void __launch_bounds__(32 * WG * WT) mhc_project_kernel(const ProjPar
   };
   /* 8-column items are the ones this thread copied (its own copies have
    * landed: no barrier); when they would leave threads idle (TT * 16 <
-   * NT), 4-column items spread over every thread after a barrier */
+   * NT), 4-column items (twice as many) after a barrier */
   constexpr bool FORM4 = TT * 16 < NT;
   auto form_post = [&](int st) {
     uint16_t *xr = reinterpret_cast<uint16_t *>(proj_smem + (st % NSTG) * Sh::STAGE + Sh::FN_BYTES);
