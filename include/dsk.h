@@ -488,8 +488,9 @@ DSK_API dsk_status dsk_mhc_post(dsk_ctx *ctx, const dsk_mhc_post_desc *desc);
  * bucket, else the heuristic). R_out and the partials must not overlap
  * each other or any input (R, out, post, C, fn): there is no in-place form
  * (split s of the projection needs all four streams of its columns, which
- * other splits overwrite; ping-pong two residual buffers). The CUDA backend gives the same bits as dsk_mhc_post
- * followed by dsk_mhc_prenorm with the same S. */
+ * other splits overwrite; ping-pong two residual buffers). Every backend
+ * gives the same bits as dsk_mhc_post followed by dsk_mhc_prenorm with the
+ * same S. */
 typedef struct dsk_mhc_post_prenorm_desc {
   size_t struct_size;
   void *stream;

@@ -554,7 +554,7 @@ static void run_case(const mcase *c, uint64_t seed) {
     int nfused = 0;
     for (int si = 0; si < c->nS; si++) {
       const int fs = c->S[si];
-      if (!(fs == 0 || fs <= 2 || fs == 7 || fs >= smax - 1 || (c->nS <= 5 && si < 2))) continue;
+      if (!(fs == 0 || fs <= 2 || fs == 7 || fs >= smax - 1)) continue;
       nfused++;
       dsk_mhc_post_prenorm_desc fd;
       dsk_mhc_post_prenorm_desc_init(&fd);

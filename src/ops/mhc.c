@@ -15,8 +15,8 @@
  * overlap the inputs they are computed from (bounding address ranges), except
  * the in-place dsk_mhc_post (R_out == R with the same stride); the fused
  * post_prenorm has no in-place form: its R_out and partials must not
- * overlap each other or any of its inputs. Partials and workspace sizes are checked against the
- * resolved S.
+ * overlap each other or any of its inputs. Partials and workspace sizes are
+ * checked against the resolved S.
  *
  * Split resolution: fixed_splits > 0 pins S; 0 = the tuned entry of the
  * (nD, T bucket) key (prenorm; pre re-derives it) else the heuristic of
@@ -257,21 +257,6 @@ static dsk_status check_eps(const char *op, const char *name, float v, int allow
   return DSK_STATUS_OK;
 }
 
-/* Bounding byte range of T strided rows. */
-static void row_range(const void *p, int64_t stride, int64_t T, int64_t width, int64_t elem, uintptr_t *lo,
-                      uintptr_t *hi) {
-  *lo = (uintptr_t)p;
-  *hi = *lo + (uintptr_t)(((T - 1) * stride + width) * elem);
-}
-
-static int rows_overlap(const void *a, int64_t sa, int64_t wa, const void *b, int64_t sb, int64_t wb, int64_t T,
-                        int64_t elem) {
-  uintptr_t alo, ahi, blo, bhi;
-  row_range(a, sa, T, wa, elem, &alo, &ahi);
-  row_range(b, sb, T, wb, elem, &blo, &bhi);
-  return alo < bhi && blo < ahi;
-}
-
 /* A byte range [lo, hi). */
 typedef struct mhc_span {
   uintptr_t lo, hi;
@@ -281,6 +266,21 @@ static void span_of(mhc_span *s, const void *p, int64_t bytes) {
   s->hi = s->lo + (uintptr_t)bytes;
 }
 static int spans_overlap(const mhc_span *a, const mhc_span *b) { return a->lo < b->hi && b->lo < a->hi; }
+
+/* Bounding byte range of T strided rows. */
+static void row_range(const void *p, int64_t stride, int64_t T, int64_t width, int64_t elem, uintptr_t *lo,
+                      uintptr_t *hi) {
+  *lo = (uintptr_t)p;
+  *hi = *lo + (uintptr_t)(((T - 1) * stride + width) * elem);
+}
+
+static int rows_overlap(const void *a, int64_t sa, int64_t wa, const void *b, int64_t sb, int64_t wb, int64_t T,
+                        int64_t elem) {
+  mhc_span x, y;
+  row_range(a, sa, T, wa, elem, &x.lo, &x.hi);
+  row_range(b, sb, T, wb, elem, &y.lo, &y.hi);
+  return spans_overlap(&x, &y);
+}
 
 static dsk_status check_partials(const char *op, const char *name, const void *p, int64_t bytes, int64_t need,
                                  int64_t S, int64_t T, int64_t per) {
@@ -310,6 +310,10 @@ static dsk_status check_proj_head(const char *op, size_t struct_size, size_t wan
   return check_splits(op, fixed, nD);
 }
 
+/* The tuner lookup mode of a validation call: run 0 = plan, 1 = run call
+ * (counted), 2 = dsk_op_supported (not counted). */
+static int tune_mode(int run) { return run == 1 ? DSK__TUNE_RUN : run == 2 ? DSK__TUNE_FOLLOW : DSK__TUNE_PLAN; }
+
 /* ----------------------------------------------------------- prenorm */
 #define OP_PRENORM "mhc_prenorm"
 
@@ -327,8 +331,7 @@ static dsk_status prenorm_validate(const dsk_ctx *ctx, const dsk_mhc_prenorm_des
   if ((st = check_rows(ctx, op, "R", d->R, d->R_stride, d->T, d->nD, 2, 1)) != DSK_STATUS_OK) return st;
   if ((st = check_f32(ctx, op, "fn", d->fn, DSK_MHC_MIX * d->nD, 1)) != DSK_STATUS_OK) return st;
   int64_t S = 0;
-  st = mhc_resolve_splits(ctx, DSK_OP_MHC_PRENORM, run == 1 ? DSK__TUNE_RUN : run == 2 ? DSK__TUNE_FOLLOW : DSK__TUNE_PLAN, d->fixed_splits, d->nD,
-                          d->T, source, &S);
+  st = mhc_resolve_splits(ctx, DSK_OP_MHC_PRENORM, tune_mode(run), d->fixed_splits, d->nD, d->T, source, &S);
   if (st != DSK_STATUS_OK) return st;
   if (S_out) *S_out = S;
   if (run) {
@@ -531,9 +534,7 @@ static dsk_status post_prenorm_validate(const dsk_ctx *ctx, const dsk_mhc_post_p
                        i == 0 ? "; the fused op has no in-place form (use two residual buffers, or dsk_mhc_post in place)"
                               : "");
   int64_t S = 0;
-  st = mhc_resolve_splits(ctx, DSK_OP_MHC_POST_PRENORM,
-                          run == 1 ? DSK__TUNE_RUN : run == 2 ? DSK__TUNE_FOLLOW : DSK__TUNE_PLAN, d->fixed_splits, nD,
-                          d->T, source, &S);
+  st = mhc_resolve_splits(ctx, DSK_OP_MHC_POST_PRENORM, tune_mode(run), d->fixed_splits, nD, d->T, source, &S);
   if (st != DSK_STATUS_OK) return st;
   if (S_out) *S_out = S;
   if (run) {
