@@ -986,6 +986,12 @@ typedef struct dsk_moe_gemm_desc {
   dsk_tactic tactic;              /* all zero = tuned / heuristic */
   void *workspace; int64_t workspace_bytes; /* dsk_moe_gemm_plan */
   int64_t *counters;              /* optional, 1 entry */
+  int64_t max_expert_rows;        /* optional speed hint: no m-block holds more live rows than
+                                   * this (0 = unknown); the CUDA decode-shaped kernel stages
+                                   * that many rows per pass (fewer shared bytes, a deeper weight
+                                   * ring). A block with more rows is still computed exactly, in
+                                   * more passes. dsk_moe_run sets T. A caller built before this
+                                   * field (struct_size = offsetof(max_expert_rows)) gets 0 */
 } dsk_moe_gemm_desc;
 DSK_API dsk_status dsk_moe_gemm_plan(dsk_ctx *ctx, const dsk_moe_gemm_desc *desc, dsk_plan_info *info);
 DSK_API dsk_status dsk_moe_gemm(dsk_ctx *ctx, const dsk_moe_gemm_desc *desc);

@@ -4,8 +4,10 @@
  * dsk_moe_gemm (grouped) and dsk_dense_fp8_gemm (dense) on the same inputs.
  * Runs in CI, where there is no GPU: it proves the operand and scale layouts
  * of both weight formats, the K order of the fragments, the scale folds, the
- * live-row lists (grouped: groups of 8, rows anywhere in a block; dense: the
- * rows below M of each BLOCK_M block), the weight ring at every depth the
+ * live-row lists (grouped: passes of 8 rows, rows anywhere in a block; dense:
+ * the rows below M of each BLOCK_M block), every case again with fewer rows
+ * staged per pass (GemmArgs.grp 1, 2 or 4, so a block of more live rows takes
+ * several passes), the weight ring at every depth the
  * launcher can pick (4, 3, 2), both warp counts, split-K over 1, 2 and 4
  * warp slices (ring stages interleaved, sums added in slice order), MXFP4
  * stages of one and of two K tiles (every MXFP4 case runs both; a half
@@ -59,7 +61,7 @@ struct Case {
 
 template <int NW, int ST, bool MX, int TPS>
 bool launch_ks(const Case &c, const GemmArgs &a, unsigned gy) {
-  const size_t bytes = (size_t)Sk<NW, ST, MX, TPS>::smem((int64_t)a.KT * 128);
+  const size_t bytes = (size_t)Sk<NW, ST, MX, TPS>::smem((int64_t)a.KT * 128, a.grp);
   EXPECT(bytes <= sizeof smem, "%s: %zu B of shared memory > the emulation's %zu", c.name, bytes, sizeof smem);
   if (bytes > sizeof smem) return false;
   const unsigned gx = (unsigned)((a.N + 16 * NW / c.ks - 1) / (16 * NW / c.ks));
@@ -79,8 +81,8 @@ bool launch_cfg(const Case &c, const GemmArgs &a, unsigned gy) {
   return false;
 }
 
-/* tps: MXFP4 K tiles per ring stage (1 or 2; FP8 1) */
-bool run_case(dsk_ctx *cpu, const Case &c, int tps, uint64_t seed) {
+/* tps: MXFP4 K tiles per ring stage (1 or 2; FP8 1); grp: rows staged per pass */
+bool run_case(dsk_ctx *cpu, const Case &c, int tps, int grp, uint64_t seed) {
   Rng r{seed | 1};
   const bool dense = c.dense_bm > 0;
   /* dense: M = the length of live[0]'s run of low set bits (plus 64 per further block) */
@@ -162,6 +164,7 @@ bool run_case(dsk_ctx *cpu, const Case &c, int tps, uint64_t seed) {
     a.mblocks = (M + c.dense_bm - 1) / c.dense_bm;
     a.counters = nullptr;
   }
+  a.grp = grp;
   const bool launched = !c.mx ? launch_cfg<false, 1>(c, a, (unsigned)a.mblocks)
                         : tps == 2 ? launch_cfg<true, 2>(c, a, (unsigned)a.mblocks)
                                    : launch_cfg<true, 1>(c, a, (unsigned)a.mblocks);
@@ -244,8 +247,8 @@ bool run_case(dsk_ctx *cpu, const Case &c, int tps, uint64_t seed) {
   EXPECT(worst <= 1.0, "%s: an output differs from the reference by %.2f x its bound (2^-7 relative)", c.name, worst);
   EXPECT(diff <= 1e-5, "%s: diff %.3e vs cpu-ref > 1e-5", c.name, diff);
   EXPECT(cnt_x == cnt_r, "%s: counter %lld, reference %lld", c.name, (long long)cnt_x, (long long)cnt_r);
-  printf("%-50s %d tile%s/stage %5d outputs, diff %.2e, worst %.2f of bound, counter %lld: %s\n", c.name, tps,
-         tps > 1 ? "s" : " ", (int)n, diff, worst, (long long)cnt_x, emu_test::fails() == fails0 ? "ok" : "FAIL");
+  printf("%-50s %d tile%s/stage, %d rows/pass %5d outputs, diff %.2e, worst %.2f of bound, counter %lld: %s\n",
+         c.name, tps, tps > 1 ? "s" : " ", grp, (int)n, diff, worst, (long long)cnt_x, emu_test::fails() == fails0 ? "ok" : "FAIL");
   fflush(stdout);
   return emu_test::fails() == fails0;
 }
@@ -278,10 +281,11 @@ int main() {
   };
   int ok = 0, n = 0;
   for (const Case &c : cases)
-    for (int tps = 1; tps <= (c.mx ? 2 : 1); tps++) {
-      ok += run_case(cpu, c, tps, 0x5eed0000u + (uint64_t)n) ? 1 : 0;
-      n++;
-    }
+    for (int tps = 1; tps <= (c.mx ? 2 : 1); tps++)
+      for (int grp : {8, 1 << (n % 3)}) { /* 8, then 1, 2 or 4 in turn */
+        ok += run_case(cpu, c, tps, grp, 0x5eed0000u + (uint64_t)n) ? 1 : 0;
+        n++;
+      }
   dsk_ctx_destroy(cpu);
   printf("emu_moe_skinny: %d of %d cases passed\n", ok, n);
   return emu_test::fails() ? 1 : 0;

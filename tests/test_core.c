@@ -716,9 +716,19 @@ static void test_op_supported(void) {
   TU_CHECK(&counts, sup == 0 && strstr(reason, "moe_forward"), "moe_forward without buffers: %d '%s'", sup, reason);
   dsk_moe_gemm_desc gd;
   memset(&gd, 0, sizeof gd);
-  gd.struct_size = sizeof gd - 1;
+  /* below the size of the oldest layout (before max_expert_rows): rejected */
+  gd.struct_size = offsetof(dsk_moe_gemm_desc, max_expert_rows) - 1;
   TU_CHECK_OK(&counts, dsk_op_supported(ctx, DSK_OP_MOE_GEMM, &gd, &sup, reason, sizeof reason));
   TU_CHECK(&counts, sup == 0 && strstr(reason, "struct_size"), "moe_gemm struct_size: %d '%s'", sup, reason);
+  /* a caller built before max_expert_rows: served (M_sum 0, a no-op) */
+  gd.struct_size = offsetof(dsk_moe_gemm_desc, max_expert_rows);
+  TU_CHECK_OK(&counts, dsk_op_supported(ctx, DSK_OP_MOE_GEMM, &gd, &sup, reason, sizeof reason));
+  TU_CHECK(&counts, sup == 1, "moe_gemm with the pre-max_expert_rows struct_size: %d '%s'", sup, reason);
+  gd.struct_size = sizeof gd;
+  gd.max_expert_rows = -1;
+  gd.M_sum = 64;
+  TU_CHECK_OK(&counts, dsk_op_supported(ctx, DSK_OP_MOE_GEMM, &gd, &sup, reason, sizeof reason));
+  TU_CHECK(&counts, sup == 0 && strstr(reason, "max_expert_rows"), "moe_gemm max_expert_rows -1: %d '%s'", sup, reason);
   TU_CHECK(&counts, dsk_last_error()[0] == 0, "dsk_op_supported left an error: '%s'", dsk_last_error());
 
   /* questions that cannot be answered */

@@ -443,8 +443,11 @@ dsk_status dsk__moe_validate(const dsk_ctx *ctx, int op, const void *desc) {
       TRY(perm_copy(ctx, (const dsk_moe_permute_desc *)desc, &pc));
       return perm_validate(ctx, &pc, 1);
     }
-    case DSK_OP_MOE_GEMM:
-      return dsk__moe_gemm_validate(ctx, (const dsk_moe_gemm_desc *)desc, 1, DSK__TUNE_FOLLOW, &t, NULL);
+    case DSK_OP_MOE_GEMM: {
+      dsk_moe_gemm_desc gc;
+      TRY(dsk__moe_gemm_copy(ctx, (const dsk_moe_gemm_desc *)desc, &gc));
+      return dsk__moe_gemm_validate(ctx, &gc, 1, DSK__TUNE_FOLLOW, &t, NULL);
+    }
     case DSK_OP_MOE_SWIGLU_QUANT: {
       dsk_swiglu_quant_desc sc;
       TRY(swiglu_copy(ctx, (const dsk_swiglu_quant_desc *)desc, &sc));

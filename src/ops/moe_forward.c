@@ -434,6 +434,7 @@ dsk_status dsk_moe_run(dsk_ctx *ctx, const dsk_moe_desc *desc) {
   g.struct_size = sizeof g;
   g.stream = d->stream;
   g.M_sum = Ms; g.N = 2 * I; g.K = H; g.E_local = d->E_local; g.A_used = ws.A_used; g.expected_m = T * K;
+  g.max_expert_rows = T; /* a token routes to an expert once: a speed hint only (dsk.h) */
   g.A = A; g.A_stride = H;
   g.sfa.words = sfa; g.sfa.groups = 1; g.sfa.mn = Ms; g.sfa.sf_k = H / 128;
   g.m_indices = mind; g.b_fmt = d->routed.fmt; g.B = d->routed.w13;

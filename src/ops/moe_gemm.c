@@ -9,6 +9,7 @@
  * run calls count the lookup, plan calls and dsk_op_supported do not.
  */
 #include <inttypes.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -232,12 +233,25 @@ dsk_status dsk__moe_gemm_tactic(const dsk_ctx *ctx, const dsk_tactic *g, int wfm
   return st;
 }
 
+/* dsk_moe_gemm_desc grew max_expert_rows at its end: a caller built before
+ * it (struct_size = offsetof(max_expert_rows)) is served with 0. Every
+ * entry point validates and runs a full-size copy. */
+#define GEMM_OLD_SIZE offsetof(dsk_moe_gemm_desc, max_expert_rows)
+dsk_status dsk__moe_gemm_copy(const dsk_ctx *ctx, const dsk_moe_gemm_desc *d, dsk_moe_gemm_desc *c) {
+  TRY(check_ctx_desc(ctx, d, OP_GEMM));
+  return dsk__moe_grown_copy(OP_GEMM, d, d->struct_size, GEMM_OLD_SIZE, sizeof *c, c, "dsk_moe_gemm_desc");
+}
+
+/* d: a full-size copy (dsk__moe_gemm_copy) */
 dsk_status dsk__moe_gemm_validate(const dsk_ctx *ctx, const dsk_moe_gemm_desc *d, int run, int mode, dsk_tactic *t,
                                   int *src) {
   const char *op = OP_GEMM;
   TRY(check_ctx_desc(ctx, d, op));
   TRY(check_struct(op, d->struct_size, sizeof *d, "dsk_moe_gemm_desc"));
   TRY(check_count(op, "M_sum", d->M_sum));
+  if (d->max_expert_rows < 0)
+    return dsk__fail(DSK_STATUS_INVALID_ARG, "%s: max_expert_rows %" PRId64 " < 0 (0 = unknown)", op,
+                     d->max_expert_rows);
   if (d->M_sum == 0) return DSK_STATUS_OK;
   TRY(check_size(op, "N", d->N, 128, DSK_MOE_MAX_K, 128, NULL));
   TRY(check_size(op, "K", d->K, 128, DSK_MOE_MAX_K, 128, NULL));
@@ -265,8 +279,11 @@ dsk_status dsk__moe_gemm_validate(const dsk_ctx *ctx, const dsk_moe_gemm_desc *d
   return DSK_STATUS_OK;
 }
 
-dsk_status dsk_moe_gemm_plan(dsk_ctx *ctx, const dsk_moe_gemm_desc *d, dsk_plan_info *info) {
+dsk_status dsk_moe_gemm_plan(dsk_ctx *ctx, const dsk_moe_gemm_desc *desc, dsk_plan_info *info) {
   TRY(check_plan_info(OP_GEMM, info));
+  dsk_moe_gemm_desc c;
+  const dsk_moe_gemm_desc *d = &c;
+  TRY(dsk__moe_gemm_copy(ctx, desc, &c));
   dsk_tactic t;
   int src = DSK_TACTIC_HEURISTIC;
   memset(&t, 0, sizeof t);
@@ -276,7 +293,10 @@ dsk_status dsk_moe_gemm_plan(dsk_ctx *ctx, const dsk_moe_gemm_desc *d, dsk_plan_
   return DSK_STATUS_OK;
 }
 
-dsk_status dsk_moe_gemm(dsk_ctx *ctx, const dsk_moe_gemm_desc *d) {
+dsk_status dsk_moe_gemm(dsk_ctx *ctx, const dsk_moe_gemm_desc *desc) {
+  dsk_moe_gemm_desc c;
+  const dsk_moe_gemm_desc *d = &c;
+  TRY(dsk__moe_gemm_copy(ctx, desc, &c));
   dsk_tactic t;
   TRY(dsk__moe_gemm_validate(ctx, d, 1, DSK__TUNE_RUN, &t, NULL));
   if (d->M_sum == 0) return DSK_STATUS_OK;

@@ -182,6 +182,9 @@ static inline dsk_status check_workspace(const char *op, const void *ws, int64_t
 /* moe.c: the router workspace, fp64 logits [T, E] (dsk_moe_route_plan). */
 int64_t dsk__moe_route_ws_bytes(int64_t T, int64_t E);
 
+/* moe_gemm.c: a full-size copy of a caller's dsk_moe_gemm_desc (an older
+ * struct_size: the fields it lacks are 0) */
+dsk_status dsk__moe_gemm_copy(const dsk_ctx *ctx, const dsk_moe_gemm_desc *d, dsk_moe_gemm_desc *c);
 /* moe_gemm.c: the validators of dsk_moe_gemm / dsk_dense_fp8_gemm (run: the
  * workspace fields too; mode: DSK__TUNE_RUN / PLAN / FOLLOW; *t gets the
  * resolved tactic, *src, if given, its dsk_tactic_source). */

@@ -306,6 +306,7 @@ static dsk_status setup(dsk__tune_scratch *sc, const dsk__tuner *t, const dsk__t
       d->E_local = s->E;
       d->A_used = s->A;
       d->expected_m = s->T * s->topk;
+      d->max_expert_rows = s->topk <= s->E ? s->T : 0; /* moe_layout: distinct experts per token then */
       d->A = (const uint8_t *)sc->gA.p;
       d->A_stride = K;
       d->sfa.words = (const int32_t *)sc->gsfa.p;

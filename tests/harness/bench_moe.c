@@ -309,6 +309,7 @@ static void case_descs(const moe_model *m, moe_dev *v, int64_t T, moe_run *r) {
   dsk_moe_gemm_desc *g = &r->fc1;
   g->struct_size = sizeof *g;
   g->M_sum = Ms; g->N = 2 * I; g->K = H; g->E_local = m->E; g->A_used = Au; g->expected_m = T * K;
+  g->max_expert_rows = T; /* as dsk_moe_run */
   g->A = v->A; g->A_stride = H;
   g->sfa.words = v->sfa; g->sfa.groups = 1; g->sfa.mn = Ms; g->sfa.sf_k = H / 128;
   g->m_indices = v->mind; g->b_fmt = v->layer.routed.fmt; g->B = v->layer.routed.w13;

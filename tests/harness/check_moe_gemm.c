@@ -26,6 +26,7 @@ typedef struct gm_case {
   int32_t BM;        /* forced BLOCK_M, 0 = the heuristic */
   int64_t counts[8]; /* rows per local expert */
   int bad_seg;       /* segment whose rows carry a bad index (E_local + 3), -1 none */
+  int64_t hint;      /* max_expert_rows (0 = unknown); below a block's live rows it is still exact */
 } gm_case;
 typedef struct gm_run {
   const gm_case *k;
@@ -44,6 +45,7 @@ static dsk_status op_gemm(dsk_ctx *cx, void *const *dev, const void *user) {
   d.m_indices = dev[2]; d.b_fmt = k->mx ? DSK_MOE_W_MXFP4 : DSK_MOE_W_FP8; d.B = dev[3];
   d.sfb.words = dev[4]; d.sfb.groups = k->EL; d.sfb.mn = k->N; d.sfb.sf_k = k->mx ? k->K / 32 : k->K / 128;
   d.D = dev[5]; d.D_stride = k->N + 8;
+  d.max_expert_rows = k->hint;
   if (k->BM) {
     d.tactic.op = DSK_OP_MOE_GEMM; d.tactic.version = DSK_MOE_GEMM_TACTIC_VERSION;
     d.tactic.v[0] = k->BM; d.tactic.v[1] = 128; d.tactic.v[2] = 1;
@@ -134,17 +136,22 @@ static void gemm_compare(const mc_pair *p, int jD, const int32_t *mind, int64_t 
 int check_gemms(dsk_ctx *ctx, dsk_ctx *ref, const dsk_check_opts *o, tu_counts *c, FILE *log) {
   static const gm_case cs[] = {
       {"fp8xfp4 A64 BM64", 1, 256, 256, 4, 64, 64, {5, 0, 70, 1}, -1},
+      {"fp8xfp4 A64 BM64 hint 1 (several passes)", 1, 256, 256, 4, 64, 64, {5, 0, 70, 1}, -1, 1},
+      {"fp8xfp4 A64 BM64 hint 2", 1, 256, 512, 4, 64, 64, {1, 2, 0, 2}, -1, 2},
       {"fp8xfp4 A128 BM64", 1, 256, 384, 4, 128, 64, {0, 130, 0, 64}, -1},
       {"fp8xfp4 A128 BM128 one expert", 1, 512, 256, 3, 128, 128, {0, 0, 200}, -1},
       {"fp8xfp4 A128 heuristic", 1, 384, 512, 8, 128, 0, {1, 2, 3, 0, 129, 6, 0, 64}, -1},
       {"fp8xfp4 bad block", 1, 256, 256, 4, 64, 64, {10, 64, 3, 1}, 1},
       {"fp8xfp8 A64 BM64", 0, 256, 384, 4, 64, 64, {3, 64, 0, 65}, -1},
+      {"fp8xfp8 A64 BM64 hint 4", 0, 256, 384, 4, 64, 64, {3, 4, 0, 9}, -1, 4},
       {"fp8xfp8 A128 BM128", 0, 128, 256, 2, 128, 128, {129, 7}, -1},
       {"fp8xfp8 A64 heuristic", 0, 640, 256, 5, 64, 0, {0, 1, 300, 2, 0}, -1},
   };
   static const gm_case full[] = {
       {"fp8xfp4 Flash FC1 8 experts", 1, 4096, 4096, 8, 128, 0, {70, 10, 0, 128, 129, 1, 64, 300}, -1},
       {"fp8xfp4 Flash FC2 8 experts", 1, 4096, 2048, 8, 64, 0, {1, 1, 1, 1, 1, 1, 1, 1}, -1},
+      {"fp8xfp4 Flash FC1 T 1 (hint 1)", 1, 4096, 4096, 8, 64, 0, {1, 0, 1, 1, 0, 1, 1, 1}, -1, 1},
+      {"fp8xfp4 Pro FC1 T 2 (hint 2)", 1, 6144, 7168, 4, 64, 0, {2, 1, 2, 0}, -1, 2},
       {"fp8xfp8 GLM FC1 8 experts", 0, 4096, 6144, 8, 128, 0, {30, 0, 20, 50, 1, 0, 128, 100}, -1},
   };
   tu_rng r = tu_rng_make(o->seed ^ 0x6E33u);

@@ -100,6 +100,13 @@
 #ifndef DSK_MOE_SKINNY
 #define DSK_MOE_SKINNY 1
 #endif
+/* DSK_MOE_SK_GROUP (compile-time; default 1): the skinny kernel stages
+ * GemmArgs.grp rows per pass (sk_group of the call's max_expert_rows, or of
+ * a dense call's M) and picks its ring for them; 0 always stages 8 (the A/B
+ * baseline of docs/benchmarks.md, MoE v8). */
+#ifndef DSK_MOE_SK_GROUP
+#define DSK_MOE_SK_GROUP 1
+#endif
 #if defined(__CUDA_ARCH__) && (DSK_MOE_MMA == 2 || (DSK_MOE_MMA == 0 && __CUDA_ARCH__ < 1000))
 #define DSK_MOE_F16 1
 #else
@@ -644,7 +651,7 @@ dsk_status launch_tiled(const dsk_ctx *ctx, const GemmArgs &a, cudaStream_t s, c
 template <int NW, int ST, bool MX, int TPS, int KS>
 dsk_status launch_skinny_ks(const GemmArgs &a, cudaStream_t s, const char *what) {
   using S = Sk<NW, ST, MX, TPS>;
-  const int64_t smem = S::smem((int64_t)a.KT * 128);
+  const int64_t smem = S::smem((int64_t)a.KT * 128, a.grp);
   DSK_CUDA_TRY(what, cudaFuncSetAttribute(moe_gemm_skinny_kernel<NW, ST, MX, KS, TPS>,
                                           cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
   const int64_t gy = a.mblocks < 65535 ? a.mblocks : 65535, gz = (a.mblocks + 65534) / 65535;
@@ -669,15 +676,15 @@ struct SkPick {
 
 /* CTAs of NW warps per SM for a ring of ST stages: the fewer of what
  * shared memory leaves (1 KB reserved per CTA) and what the kernel's
- * register bound allows (its __launch_bounds__, sk_warps_per_sm); 0 = it
+ * register bound allows (its __launch_bounds__, kSkWarpsPerSm); 0 = it
  * does not fit the device's opt-in limit or SM120's. */
 template <int NW, int ST, bool MX, int TPS>
-int skinny_ctas(const dsk_cuda_state *st, int64_t K) {
+int skinny_ctas(const dsk_cuda_state *st, int64_t K, int grp) {
   const int64_t lim = st->smem_optin < kSmemBudget ? st->smem_optin : kSmemBudget;
-  const int64_t b = Sk<NW, ST, MX, TPS>::smem(K);
+  const int64_t b = Sk<NW, ST, MX, TPS>::smem(K, grp);
   if (b > lim) return 0;
   const int by_smem = (int)(st->smem_per_sm / (b + 1024));
-  const int by_regs = sk_warps_per_sm(TPS) / NW;
+  const int by_regs = kSkWarpsPerSm / NW;
   return by_smem < by_regs ? by_smem : by_regs;
 }
 
@@ -687,10 +694,10 @@ int skinny_ctas(const dsk_cuda_state *st, int64_t K) {
  * CTAs per SM on the H200 where 3 stages get 3 (docs/benchmarks.md, MoE
  * v7). */
 template <int NW, bool MX, int TPS>
-SkPick skinny_fit(const dsk_ctx *ctx, int64_t K, int *ctas) {
+SkPick skinny_fit(const dsk_ctx *ctx, int64_t K, int grp, int *ctas) {
   const dsk_cuda_state *st = dsk__cuda_state(ctx);
-  const int c4 = skinny_ctas<NW, 4, MX, TPS>(st, K), c3 = skinny_ctas<NW, 3, MX, TPS>(st, K),
-            c2 = skinny_ctas<NW, 2, MX, TPS>(st, K);
+  const int c4 = skinny_ctas<NW, 4, MX, TPS>(st, K, grp), c3 = skinny_ctas<NW, 3, MX, TPS>(st, K, grp),
+            c2 = skinny_ctas<NW, 2, MX, TPS>(st, K, grp);
   int ring = 0, best = 0;
   if (c4 > best) ring = 4, best = c4;
   if (c3 > best) ring = 3, best = c3;
@@ -704,11 +711,11 @@ SkPick skinny_fit(const dsk_ctx *ctx, int64_t K, int *ctas) {
  * 0.92x; DSv4-Flash FC2, K 2048, where it would halve the CTAs per SM,
  * 1.15x slower; docs/benchmarks.md, MoE v5). */
 template <int NW, bool MX>
-SkPick skinny_pick_nw(const dsk_ctx *ctx, int64_t K) {
+SkPick skinny_pick_nw(const dsk_ctx *ctx, int64_t K, int grp) {
   int c1 = 0, c2 = 0;
-  const SkPick one = skinny_fit<NW, MX, 1>(ctx, K, &c1);
+  const SkPick one = skinny_fit<NW, MX, 1>(ctx, K, grp, &c1);
   if constexpr (MX) {
-    const SkPick two = skinny_fit<NW, MX, 2>(ctx, K, &c2);
+    const SkPick two = skinny_fit<NW, MX, 2>(ctx, K, grp, &c2);
     if (two.ring && c2 >= c1) return two;
   }
   return one;
@@ -742,20 +749,32 @@ constexpr int64_t kSkDenseMaxRows = 8;
  * 64 or dense calls of at most kSkDenseMaxRows rows (any BLOCK_M), MXFP4
  * or FP8 weights, BLOCK_N 64 or 128 (4 or 8 warps), split-K 1, 2 or 4
  * (warp slices: no partials in the workspace), and a ring of at least two
- * stages next to the A rows (which grow with K) within the device's and
- * SM120's shared memory. Returns its configuration, ring 0 to leave the
- * call to the tiled kernel. */
-SkPick skinny_pick(const dsk_ctx *ctx, bool grouped, bool mx, int bm, int bn, int split, int64_t rows, int64_t K) {
+ * stages next to 8 staged A rows (which grow with K) within the device's and
+ * SM120's shared memory. Whether it serves a call thus does not depend on
+ * grp (the workspace query has no grp); its ring and K tiles per stage are
+ * then picked for the call's grp rows per pass (fewer staged rows leave
+ * room for a deeper ring or two tiles per stage). Returns its
+ * configuration, ring 0 to leave the call to the tiled kernel. */
+template <int NW, bool MX>
+SkPick skinny_pick_grp(const dsk_ctx *ctx, int64_t K, int grp) {
+  const SkPick at8 = skinny_pick_nw<NW, MX>(ctx, K, 8);
+  if (!at8.ring || grp >= 8 || !DSK_MOE_SK_GROUP) return at8;
+  return skinny_pick_nw<NW, MX>(ctx, K, grp);
+}
+SkPick skinny_pick(const dsk_ctx *ctx, bool grouped, bool mx, int bm, int bn, int split, int64_t rows, int64_t K,
+                   int grp) {
   const SkPick none{0, 1};
   if (!DSK_MOE_SKINNY || (bn != 64 && bn != 128)) return none;
   static_assert(kSkDenseMaxRows <= 64, "the kernel lists at most 64 live rows per block");
   if (grouped ? bm != 64 : rows > kSkDenseMaxRows) return none;
   if (split != 1 && split != 2 && split != 4) return none;
-  if (mx) return bn == 64 ? skinny_pick_nw<4, true>(ctx, K) : skinny_pick_nw<8, true>(ctx, K);
-  return bn == 64 ? skinny_pick_nw<4, false>(ctx, K) : skinny_pick_nw<8, false>(ctx, K);
+  if (mx) return bn == 64 ? skinny_pick_grp<4, true>(ctx, K, grp) : skinny_pick_grp<8, true>(ctx, K, grp);
+  return bn == 64 ? skinny_pick_grp<4, false>(ctx, K, grp) : skinny_pick_grp<8, false>(ctx, K, grp);
 }
-SkPick skinny_pick(const dsk_ctx *ctx, const GemmArgs &a, bool mx, int bm, int bn) {
-  return skinny_pick(ctx, a.m_indices != nullptr, mx, bm, bn, a.ksplit, a.M, (int64_t)a.KT * 128);
+/* the call's pick; a.grp is set to 8 where the pick was made for 8 rows */
+SkPick skinny_pick(const dsk_ctx *ctx, GemmArgs &a, bool mx, int bm, int bn) {
+  if (!DSK_MOE_SK_GROUP) a.grp = 8;
+  return skinny_pick(ctx, a.m_indices != nullptr, mx, bm, bn, a.ksplit, a.M, (int64_t)a.KT * 128, a.grp);
 }
 
 template <bool MX, bool F16>
@@ -842,7 +861,7 @@ extern "C" int64_t dsk__cuda_moe_gemm_workspace(const dsk_ctx *ctx, int grouped,
   const int split = t->v[2];
   if (split <= 1) return 0;
   /* the skinny kernel splits K over warps of one CTA: no partials */
-  if (skinny_pick(ctx, grouped != 0, fmt == DSK_MOE_W_MXFP4, t->v[0], t->v[1], split, rows, K).ring) return 0;
+  if (skinny_pick(ctx, grouped != 0, fmt == DSK_MOE_W_MXFP4, t->v[0], t->v[1], split, rows, K, 8).ring) return 0;
   return (int64_t)split * rows * N * 4;
 }
 
@@ -876,6 +895,7 @@ extern "C" dsk_status dsk__cuda_dense_fp8_gemm(dsk_ctx *ctx, const dsk_dense_gem
   a.D_stride = d->D_stride;
   a.d_pair = ((uintptr_t)d->D & 3u) == 0 && (d->D_stride & 1) == 0;
   a.counters = nullptr;
+  a.grp = sk_group(d->M);
   split_setup(&a, t, d->workspace);
   if (!aligned16(d->A) || (d->A_stride & 15) != 0 || !aligned16(d->B)) return launch_simple(a, s, 0, what);
   const SkPick pk = skinny_pick(ctx, a, false, bm, bn);

@@ -88,7 +88,15 @@ struct GemmArgs {
   int64_t D_stride;          /* elements */
   int d_pair;                /* 4-byte stores of two bf16 allowed */
   unsigned long long *counters;
+  int grp;                   /* skinny kernel: live rows staged per pass, 1, 2, 4 or 8 (sk_group) */
 };
+
+/* Rows the skinny kernel stages per pass for a bound on the live rows of a
+ * block (0 = unknown): the power of two >= it, at most 8 (one MMA's N). */
+inline int sk_group(int64_t max_rows) {
+  if (max_rows <= 0 || max_rows > 4) return 8;
+  return max_rows > 2 ? 4 : (int)max_rows;
+}
 
 /* The arguments of a grouped GEMM call at BLOCK_M bm (host side; split-K
  * fields are set by the caller: ksplit 1, no partials here). */
@@ -121,5 +129,6 @@ inline GemmArgs grouped_args(const dsk_moe_gemm_desc *d, int bm) {
   a.D_stride = d->D_stride;
   a.d_pair = ((uintptr_t)d->D & 3u) == 0 && (d->D_stride & 1) == 0;
   a.counters = (unsigned long long *)d->counters;
+  a.grp = sk_group(d->max_expert_rows);
   return a;
 }

@@ -26,8 +26,9 @@
  *    the rows' activation scales per K tile ([kt][8]; x 2^14 = kSkMxFold for MX);
  *  - each warp streams its 16 weight rows through its own ring of ST stages
  *    of TPS K tiles (cp.async: 64 (MX, one tile) or 128 bytes per row per
- *    stage in a row of PITCH bytes, lane l copying half of row l / 2, and
- *    the rows' scale words), with no block barrier;
+ *    stage in a row of PITCH bytes, each warp-wide copy whole 32-byte
+ *    sectors of 8 or 4 rows, and the rows' scale words), with no block
+ *    barrier;
  *  - per K tile and 32-wide step s: lane (g, q) reads K values 32 s + 8 q ..
  *    + 7 of weight rows g and g + 8 (MX: word q of block s, b_frag_mx_f16,
  *    e2m1 * 2^-14; FP8: 8 bytes, a_frag_f16) as the A operand and 8 bytes of
@@ -51,8 +52,10 @@ constexpr int kSkPadB = 16; /* bytes after each staged weight row: keeps the fra
  * 3 / 2 when the A rows of a large K leave no room for 4 (DSv4-Pro's K 7168
  * at 8 warps). TPS 2 (MXFP4 only) makes a stage 128 bytes per weight row,
  * as an FP8 tile: the H200 streams 128-byte row pieces at 3.8 TB/s and
- * 64-byte ones at 2.5 (dsk-latency), but the stage doubles the ring's
- * shared memory, so the host takes it only where it costs no CTAs per SM. */
+ * 64-byte ones at 2.5 (dsk-latency), and the per-stage work (copies,
+ * waits, scale loads) is shared by two tiles, but the stage doubles the
+ * ring's shared memory, so the host takes it only where it costs no CTAs
+ * per SM. */
 template <int NW, int ST, bool MX, int TPS_ = 1>
 struct Sk {
   static constexpr int THREADS = 32 * NW;
@@ -63,26 +66,27 @@ struct Sk {
   static_assert(TPS == 1 || (MX && TPS == 2), "two K tiles per stage exist for MXFP4 only");
   static constexpr int RING = ST * NW * 16 * PITCH;   /* weight rows */
   static constexpr int RING_S = ST * NW * 16 * 4 * TPS; /* their scale words */
-  /* A in fragment order (8 K bytes per group row), its scales, the live rows */
-  static __host__ __device__ constexpr int64_t smem(int64_t K) {
-    return RING + RING_S + 8 * K + 8 * (K / 128) * 4 + 64 * 4 + 16;
+  /* A in fragment order (K bytes for each of the grp rows of a pass), its
+   * scales ([K/128][8]), the live rows */
+  static __host__ __device__ constexpr int64_t smem(int64_t K, int grp) {
+    return RING + RING_S + grp * K + 8 * (K / 128) * 4 + 64 * 4 + 16;
   }
   static_assert(ST * 16 * PITCH >= 32 * 16, "a warp's ring holds its slice partials (32 lanes x 4 floats)");
 };
 
-/* Register budget (docs/benchmarks.md, MoE v5): one K tile per stage may
- * hold 24 warps per SM (3 CTAs of 8 warps, 6 of 4; <= 80 registers) where
- * its shared memory allows it (on the H200 8 warps with a 4-deep ring do up
- * to K 3968, 4 warps up to K 1920), and an unbounded register choice (96 at
- * 8 warps, split 2) cost DSv4-Flash FC2 (K 2048) at T 1 15 %; two tiles per
- * stage run where shared memory leaves at most 2 CTAs of 8 warps per SM, so
- * they get 16 warps' worth (<= 128 registers). No instantiation spills
- * (sm_90, sm_120a). */
+/* Register budget: 24 warps per SM (3 CTAs of 8 warps, 6 of 4; <= 80
+ * registers) where shared memory allows it (docs/benchmarks.md, MoE v5:
+ * an unbounded register choice, 96 at 8 warps split 2, cost DSv4-Flash FC2
+ * at T 1 15 %). Two K tiles per stage had a 16-warp bound (<= 128
+ * registers) until MoE v8: at 24 warps they compile to <= 77 registers
+ * without spills and the host may pick them at 3 CTAs of 8 warps per SM
+ * (DSv4-Flash FC1 T 1 and T 16 0.91x against the 16-warp bound). No
+ * instantiation spills (sm_90, sm_120a). */
 /* the register bound above as warps per SM (skinny_fit counts CTAs by it) */
-constexpr int sk_warps_per_sm(int tps) { return tps == 1 ? 24 : 16; }
+constexpr int kSkWarpsPerSm = 24;
 
 template <int NW, int ST, bool MX, int KS, int TPS_>
-__global__ void __launch_bounds__(32 * NW, sk_warps_per_sm(TPS_) / NW) moe_gemm_skinny_kernel(const GemmArgs p) {
+__global__ void __launch_bounds__(32 * NW, kSkWarpsPerSm / NW) moe_gemm_skinny_kernel(const GemmArgs p) {
   dsk_ptx::pdl_wait(); /* before any global access (launched with PDL) */
   using S = Sk<NW, ST, MX, TPS_>;
   constexpr int RG = NW / KS; /* row groups of 16 columns */
@@ -96,8 +100,9 @@ __global__ void __launch_bounds__(32 * NW, sk_warps_per_sm(TPS_) / NW) moe_gemm_
   const int64_t K = (int64_t)KT * 128;
   uint8_t *s_ring = smem;
   uint32_t *s_rs = reinterpret_cast<uint32_t *>(smem + S::RING);
+  const int grp = p.grp; /* rows per pass: 1, 2, 4 or 8 */
   uint8_t *s_a = smem + S::RING + S::RING_S;
-  float *s_sa = reinterpret_cast<float *>(s_a + 8 * K);
+  float *s_sa = reinterpret_cast<float *>(s_a + grp * K);
   int *s_rows = reinterpret_cast<int *>(s_sa + 8 * KT);
   int *s_cnt = s_rows + 64;
 
@@ -144,39 +149,51 @@ __global__ void __launch_bounds__(32 * NW, sk_warps_per_sm(TPS_) / NW) moe_gemm_
   const int NSTG = (KT + TPS - 1) / TPS;     /* ring stages of the whole K */
   const int nkt = (NSTG - ks + KS - 1) / KS; /* this slice's stages: ks, ks + KS, ... */
   /* issue(i): the warp's copies of its i-th ring stage, j = ks + KS i (K
-   * tiles TPS j .. TPS j + TPS - 1), into slot i % ST. Lane l copies half of
-   * row l >> 1 of the stage: with two MX tiles per stage, half l & 1 is tile
-   * 2 j + (l & 1), skipped (zero-filled, never read) past the last tile. The
-   * scale words: lane l (l < 16 TPS) the word of row l & 15 and the stage's
-   * tile l >> 4 (MX: word kt, the tile's 4 blocks; FP8: word kt / 4, whose
-   * byte kt % 4 is the tile's 128-block); past the last tile the copy has
-   * size 0 (nothing is read at its address). */
-  constexpr int CPL = S::ROWB / 32; /* 16-byte chunks per lane */
-  uint8_t *const ldst = ring + (lane >> 1) * PITCH + 16 * CPL * (lane & 1);
-  const uint8_t *const lsrc = wsrc + (lane >> 1) * p.B_row + 16 * CPL * (lane & 1);
+   * tiles TPS j .. TPS j + TPS - 1), into slot i % ST. The stage's 16 rows
+   * of ROWB bytes are CPR 16-byte chunks each; copy c of lane l takes chunk
+   * 32 c + l, i.e. piece l % CPR of row RPI c + l / CPR, so one warp-wide
+   * copy reads whole 32-byte sectors of RPI rows (before: lane pairs split
+   * a row, each copy used half of every sector it touched and L2 served
+   * each sector twice; docs/benchmarks.md, MoE v8). With two MX tiles per
+   * stage, pieces 0-3 are tile 2 j and 4-7 tile 2 j + 1, the latter skipped
+   * (zero-filled, never read) past the last tile. The scale words: lane l
+   * (l < 16 TPS) the word of row l & 15 and the stage's tile l >> 4 (MX:
+   * word kt, the tile's 4 blocks; FP8: word kt / 4, whose byte kt % 4 is
+   * the tile's 128-block); past the last tile the copy has size 0 (nothing
+   * is read at its address). */
+  constexpr int CPL = S::ROWB / 32; /* 16-byte copies per lane */
+  constexpr int CPR = S::ROWB / 16; /* 16-byte chunks per row: 4 or 8 */
+  constexpr int RPI = 32 / CPR;     /* rows per warp-wide copy */
+  const int piece = lane % CPR;
+  uint8_t *const ldst = ring + (lane / CPR) * PITCH + 16 * piece;
+  const uint8_t *const lsrc = wsrc + (lane / CPR) * p.B_row + 16 * piece;
+  const int64_t csrc = (int64_t)RPI * p.B_row; /* source step of copy c */
   auto issue = [&](int i) {
     if (!wact) return;
     const int j = ks + KS * i, slot = i % ST;
     uint8_t *dst = ldst + slot * 16 * PITCH;
     const uint8_t *src = lsrc + (int64_t)j * S::ROWB;
-    const bool hv = TPS == 1 || TPS * j + (lane & 1) < KT;
+    const bool hv = TPS == 1 || TPS * j + piece / 4 < KT;
 #pragma unroll
-    for (int c = 0; c < CPL; c++) dsk_ptx::cp_async16(dst + 16 * c, hv ? src + 16 * c : wsrc, hv);
+    for (int c = 0; c < CPL; c++) dsk_ptx::cp_async16(dst + c * RPI * PITCH, hv ? src + c * csrc : wsrc, hv);
     const int tt = lane >> 4, kt = TPS * j + tt;
     const int64_t wi = MX ? kt : kt >> 2;
     if (tt < TPS) dsk_ptx::cp_async4(rs + (slot * TPS + tt) * 16 + (lane & 15), ssrc + wi * p.sfb_T4 + (lane & 15), kt < KT);
   };
 
-  for (int gb = 0; gb < nlive; gb += 8) {
-    const int cnt = nlive - gb < 8 ? nlive - gb : 8;
-    /* A rows of the group in fragment order: 16-byte chunk c of row g (K
-     * bytes 16 c ..) goes to ((c >> 1) * 8 + g) * 32 + (c & 1) * 16 */
+  /* the B operand's column g reads staged row g & (grp - 1): columns >= grp
+   * repeat a staged row, and their D columns (>= cnt) are never written */
+  const int ga = g & (grp - 1);
+  for (int gb = 0; gb < nlive; gb += grp) {
+    const int cnt = nlive - gb < grp ? nlive - gb : grp;
+    /* A rows of the pass in fragment order: 16-byte chunk c of row g (K
+     * bytes 16 c ..) goes to ((c >> 1) * grp + g) * 32 + (c & 1) * 16 */
     const int nch = (int)(K / 16);
-    for (int i = tid; i < 8 * nch; i += S::THREADS) {
+    for (int i = tid; i < grp * nch; i += S::THREADS) {
       const int gr = i / nch, c = i - gr * nch;
       const bool v = gr < cnt;
       const uint8_t *src = v ? p.A + (m0 + s_rows[gb + gr]) * p.A_stride + 16 * c : p.A;
-      dsk_ptx::cp_async16(s_a + ((c >> 1) * 8 + gr) * 32 + (c & 1) * 16, src, v);
+      dsk_ptx::cp_async16(s_a + ((c >> 1) * grp + gr) * 32 + (c & 1) * 16, src, v);
     }
     for (int i = tid; i < 8 * KT; i += S::THREADS) {
       const int gr = i / KT, kt = i - gr * KT;
@@ -235,7 +252,7 @@ __global__ void __launch_bounds__(32 * NW, sk_warps_per_sm(TPS_) / NW) moe_gemm_
           a_frag_f16<false>(w0, x0[0], x0[1], x0[2], x0[3]); /* the same pairs of K values */
           a_frag_f16<false>(w1, x1[0], x1[1], x1[2], x1[3]);
         }
-        const uint2 av = *reinterpret_cast<const uint2 *>(s_a + ((int64_t)(kt * 4 + s) * 8 + g) * 32 + 8 * q);
+        const uint2 av = *reinterpret_cast<const uint2 *>(s_a + ((int64_t)(kt * 4 + s) * grp + ga) * 32 + 8 * q);
         uint32_t b[4];
         a_frag_f16<false>(av, b[0], b[1], b[2], b[3]); /* unscaled: kSkMxFold undoes the 2^-14 alone */
         const uint32_t a0[4] = {x0[0], x1[0], x0[1], x1[1]}, a1[4] = {x0[2], x1[2], x0[3], x1[3]};
