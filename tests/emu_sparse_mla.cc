@@ -243,8 +243,10 @@ Ran run_kernels(const Case &k, const dsk_sparse_mla_desc &d, int64_t sm_count) {
       emu::launch(cg, 1, 128, smem, 0, [&] { sparse_mla_combine_batched_kernel<2>(p); });
     else if (lp.combine_batch == 4)
       emu::launch(cg, 1, 128, smem, 0, [&] { sparse_mla_combine_batched_kernel<4>(p); });
-    else
+    else if (lp.combine_batch == 8)
       emu::launch(cg, 1, 128, smem, 0, [&] { sparse_mla_combine_batched_kernel<8>(p); });
+    else
+      emu::launch(cg, 1, 128, smem, 0, [&] { sparse_mla_combine_batched_kernel<32>(p); });
   }
   return Ran{p.splits, lp.wide ? DSK_MLA32_WARPS : lp.w8 ? DSK_MLA_WARPS8 : DSK_MLA_WARPS,
              p.splits > 1 ? lp.combine_batch : -1};
@@ -368,6 +370,8 @@ int main() {
       {"B swa64x70 + c128a2x45, H40", B, 3, 40, 2, {{64, 70, 3, true}, {2, 45, 40, false}}, true, 1, 16},
       {"B swa64x70 + c128a2x45, H40", B, 3, 40, 2, {{64, 70, 3, true}, {2, 45, 40, false}}, true, 3, 16},
       {"B one segment pbs 64 w 33, H 17", B, 2, 17, 1, {{64, 33, 2, false}, {0, 0, 0, false}}, false, 2, 32},
+      /* 66 single-stage splits: the batched combine with B 32 (three batches, the last partial) */
+      {"B one segment pbs 64 w 2100, H 2", B, 1, 2, 1, {{64, 2100, 34, false}, {0, 0, 0, false}}, true, 1, 16},
       {"A pbs 24 w 150 lens, H 20", A, 2, 20, 1, {{24, 150, 12, true}, {0, 0, 0, false}}, false, 1, 32},
       {"A pbs 24 w 150 lens, H 20", A, 2, 20, 1, {{24, 150, 12, true}, {0, 0, 0, false}}, false, 3, 32},
       {"A pbs 24 w 150 lens, H 20", A, 2, 20, 1, {{24, 150, 12, true}, {0, 0, 0, false}}, false, 3, 16},

@@ -34,9 +34,11 @@
  *    e2m1 * 2^-14; FP8: 8 bytes, a_frag_f16) as the A operand and 8 bytes of
  *    group row g (a_frag_f16, unscaled) as the B operand, in the tiled
  *    kernel's K order. MX: the two MMAs of a block start from zero and are
- *    folded into the fp32 accumulator with the weight row's block scale
- *    times the group row's K-tile scale; FP8: the 8 MMAs of the tile share
- *    one weight scale (the row's 128-block) and are folded once per tile.
+ *    added to the tile's sum times the weight row's block scale, the tile's
+ *    sum folded into the fp32 accumulator with the group row's K-tile scale
+ *    (v8; before, every block with the product of both); FP8: the 8 MMAs
+ *    of the tile share one weight scale (the row's 128-block) and are
+ *    folded once per tile.
  * D is rounded once to bf16 and written for live rows and columns < N. */
 
 /* MXFP4 products here: the e2m1 operand is value * 2^-14 (b_frag_mx_f16)
@@ -237,7 +239,11 @@ __global__ void __launch_bounds__(32 * NW, kSkWarpsPerSm / NW) moe_gemm_skinny_k
       const uint8_t *wr = ring + slot * 16 * PITCH + tt * S::TILEB;
       const uint32_t sw0 = rs[(slot * TPS + tt) * 16 + g], sw1 = rs[(slot * TPS + tt) * 16 + g + 8];
       const float2 sa = *reinterpret_cast<const float2 *>(s_sa + kt * 8 + 2 * q); /* group rows 2q, 2q + 1 */
-      float dt[4] = {0.f, 0.f, 0.f, 0.f}; /* FP8: the tile's products */
+      /* the tile's products: FP8 the MMA sums, MXFP4 the steps' sums times
+       * their weight block scales (powers of two, so the fold's products
+       * are exact and only the fp32 summation order differs from scaling
+       * every step by both scales); folded with the activation scale once */
+      float dt[4] = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll
       for (int s = 0; s < 4; s++) {
         uint32_t x0[4], x1[4];
@@ -260,13 +266,19 @@ __global__ void __launch_bounds__(32 * NW, kSkWarpsPerSm / NW) moe_gemm_skinny_k
           float d[4] = {0.f, 0.f, 0.f, 0.f};
           dsk_ptx::mma_f16(d, a0, b[0], b[1]);
           dsk_ptx::mma_f16(d, a1, b[2], b[3]);
-          fold(d, ue8m0_fast((sw0 >> (8 * s)) & 0xFFu), ue8m0_fast((sw1 >> (8 * s)) & 0xFFu), sa);
+          const float sb0 = ue8m0_fast((sw0 >> (8 * s)) & 0xFFu), sb1 = ue8m0_fast((sw1 >> (8 * s)) & 0xFFu);
+          dt[0] = fmaf(d[0], sb0, dt[0]);
+          dt[1] = fmaf(d[1], sb0, dt[1]);
+          dt[2] = fmaf(d[2], sb1, dt[2]);
+          dt[3] = fmaf(d[3], sb1, dt[3]);
         } else {
           dsk_ptx::mma_f16(dt, a0, b[0], b[1]);
           dsk_ptx::mma_f16(dt, a1, b[2], b[3]);
         }
       }
-      if (!MX) {
+      if (MX) {
+        fold(dt, 1.f, 1.f, sa);
+      } else {
         const int sh = 8 * (kt & 3);
         fold(dt, ue8m0_exact((sw0 >> sh) & 0xFFu), ue8m0_exact((sw1 >> sh) & 0xFFu), sa);
       }

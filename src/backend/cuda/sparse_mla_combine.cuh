@@ -9,13 +9,20 @@
  *  - sparse_mla_combine_kernel (grids of several waves, where the combine
  *    is a bandwidth pass): the row max over the split lse values first,
  *    then one weighted pass.
- *  - sparse_mla_combine_batched_kernel<B>, B = 2, 4, 8 (single-wave grids,
+ *  - sparse_mla_combine_batched_kernel<B>, B = 2, 4, 8 or 32 (single-wave grids,
  *    where it is one latency chain): the splits in batches of B, all lse
  *    values and partial rows of a batch loaded before any is used (one
  *    dependent round trip per batch, not per split), folded into a running
  *    (max, sum, output) with the usual rescale when the max grows.
  * On the H200 the batched form cut T = 1 by up to 0.6 us but cost 2-5 % at
- * large T with 2-9 splits (docs/benchmarks.md, v8), hence the two forms. */
+ * large T with 2-9 splits (docs/benchmarks.md, v8), hence the two forms.
+ * From 64 splits on B is DSK_MLA_COMBINE_MAXB (32; 8 until 2026-12-03,
+ * the A/B baseline): up to 160 registers of loads in flight per thread, 128
+ * threads per block, no spills. */
+#ifndef DSK_MLA_COMBINE_MAXB
+#define DSK_MLA_COMBINE_MAXB 32
+#endif
+static_assert(DSK_MLA_COMBINE_MAXB == 8 || DSK_MLA_COMBINE_MAXB == 32, "the batched combine runs B 2, 4, 8 or 32");
 __device__ __forceinline__ void combine_store(const Params &p, int64_t t, int64_t h, int d, float mx, float s,
                                               const float (&o)[4]) {
   uint16_t *orow = p.out + t * p.out_st + h * p.out_sh;

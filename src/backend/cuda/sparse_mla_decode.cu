@@ -109,7 +109,8 @@ dsk_status launch(dsk_ctx *ctx, const dsk_sparse_mla_desc *d, const dsk_tactic *
                  lp.combine_batch == 0   ? dsk__launch_pdl(sparse_mla_combine_kernel, cgrid, dim3(128), 0, s, p)
                  : lp.combine_batch == 2 ? dsk__launch_pdl(sparse_mla_combine_batched_kernel<2>, cgrid, dim3(128), 0, s, p)
                  : lp.combine_batch == 4 ? dsk__launch_pdl(sparse_mla_combine_batched_kernel<4>, cgrid, dim3(128), 0, s, p)
-                                         : dsk__launch_pdl(sparse_mla_combine_batched_kernel<8>, cgrid, dim3(128), 0, s, p));
+                 : lp.combine_batch == 8 ? dsk__launch_pdl(sparse_mla_combine_batched_kernel<8>, cgrid, dim3(128), 0, s, p)
+                                         : dsk__launch_pdl(sparse_mla_combine_batched_kernel<32>, cgrid, dim3(128), 0, s, p));
   }
   return DSK_STATUS_OK;
 }

@@ -115,6 +115,15 @@ LaunchPlan launch_plan(const dsk_sparse_mla_desc *d, const dsk_tactic *tc, int64
             : lp.wide ? DSK_MLA32_SMEM_BYTES(F)
             : lp.w8   ? DSK_MLA_SMEM_BYTES_W(F, DSK_MLA_WARPS8)
                       : DSK_MLA_SMEM_BYTES(F);
-  lp.combine_batch = !lp.single_wave ? 0 : p.splits <= 2 ? 2 : p.splits <= 4 ? 4 : 8;
+  /* the batched combine's B: 2, 4 or 8 covering the splits, and from 64
+   * splits on DSK_MLA_COMBINE_MAXB (GLM-5.1 T 1: 64 splits in 2 batches, not
+   * 8: 0.85x); B 32 for 20 and 36 splits (DSv4-Flash, DSv4-Pro T 1)
+   * measured 1-5 % slower than B 8 on the H200 (docs/benchmarks.md,
+   * 2026-12-03) */
+  lp.combine_batch = !lp.single_wave ? 0
+                     : p.splits <= 2  ? 2
+                     : p.splits <= 4  ? 4
+                     : p.splits < 64  ? 8
+                                      : DSK_MLA_COMBINE_MAXB;
   return lp;
 }
