@@ -36,7 +36,7 @@
  *    kernel's K order. MX: the two MMAs of a block start from zero and are
  *    added to the tile's sum times the weight row's block scale, the tile's
  *    sum folded into the fp32 accumulator with the group row's K-tile scale
- *    (v8; before, every block with the product of both); FP8: the 8 MMAs
+ *    (MoE v8b; before, every block with the product of both); FP8: the 8 MMAs
  *    of the tile share one weight scale (the row's 128-block) and are
  *    folded once per tile.
  * D is rounded once to bf16 and written for live rows and columns < N. */
