@@ -100,13 +100,6 @@
 #ifndef DSK_MOE_SKINNY
 #define DSK_MOE_SKINNY 1
 #endif
-/* DSK_MOE_SK_GROUP (compile-time; default 1): the skinny kernel stages
- * GemmArgs.grp rows per pass (sk_group of the call's max_expert_rows, or of
- * a dense call's M) and picks its ring for them; 0 always stages 8 (the A/B
- * baseline of docs/benchmarks.md, MoE v8). */
-#ifndef DSK_MOE_SK_GROUP
-#define DSK_MOE_SK_GROUP 1
-#endif
 #if defined(__CUDA_ARCH__) && (DSK_MOE_MMA == 2 || (DSK_MOE_MMA == 0 && __CUDA_ARCH__ < 1000))
 #define DSK_MOE_F16 1
 #else
@@ -758,7 +751,7 @@ constexpr int64_t kSkDenseMaxRows = 8;
 template <int NW, bool MX>
 SkPick skinny_pick_grp(const dsk_ctx *ctx, int64_t K, int grp) {
   const SkPick at8 = skinny_pick_nw<NW, MX>(ctx, K, 8);
-  if (!at8.ring || grp >= 8 || !DSK_MOE_SK_GROUP) return at8;
+  if (!at8.ring || grp >= 8) return at8;
   return skinny_pick_nw<NW, MX>(ctx, K, grp);
 }
 SkPick skinny_pick(const dsk_ctx *ctx, bool grouped, bool mx, int bm, int bn, int split, int64_t rows, int64_t K,
@@ -771,9 +764,7 @@ SkPick skinny_pick(const dsk_ctx *ctx, bool grouped, bool mx, int bm, int bn, in
   if (mx) return bn == 64 ? skinny_pick_grp<4, true>(ctx, K, grp) : skinny_pick_grp<8, true>(ctx, K, grp);
   return bn == 64 ? skinny_pick_grp<4, false>(ctx, K, grp) : skinny_pick_grp<8, false>(ctx, K, grp);
 }
-/* the call's pick; a.grp is set to 8 where the pick was made for 8 rows */
-SkPick skinny_pick(const dsk_ctx *ctx, GemmArgs &a, bool mx, int bm, int bn) {
-  if (!DSK_MOE_SK_GROUP) a.grp = 8;
+SkPick skinny_pick(const dsk_ctx *ctx, const GemmArgs &a, bool mx, int bm, int bn) {
   return skinny_pick(ctx, a.m_indices != nullptr, mx, bm, bn, a.ksplit, a.M, (int64_t)a.KT * 128, a.grp);
 }
 

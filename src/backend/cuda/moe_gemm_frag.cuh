@@ -91,10 +91,16 @@ struct GemmArgs {
   int grp;                   /* skinny kernel: live rows staged per pass, 1, 2, 4 or 8 (sk_group) */
 };
 
+/* DSK_MOE_SK_GROUP (compile-time; default 1): the skinny kernel stages
+ * sk_group rows per pass and picks its ring for them; 0 always stages 8
+ * (the A/B baseline of docs/benchmarks.md, MoE v8). */
+#ifndef DSK_MOE_SK_GROUP
+#define DSK_MOE_SK_GROUP 1
+#endif
 /* Rows the skinny kernel stages per pass for a bound on the live rows of a
  * block (0 = unknown): the power of two >= it, at most 8 (one MMA's N). */
 inline int sk_group(int64_t max_rows) {
-  if (max_rows <= 0 || max_rows > 4) return 8;
+  if (!DSK_MOE_SK_GROUP || max_rows <= 0 || max_rows > 4) return 8;
   return max_rows > 2 ? 4 : (int)max_rows;
 }
 
