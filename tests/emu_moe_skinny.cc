@@ -20,6 +20,8 @@
  * e2m1 or finite e4m3 weights, UE8M0 scales around 2^-8 .. 2^-4
  * (activations) and 2^-10 .. 2^-6 (weights); D pre-filled with 0xFFFF
  * (bf16 NaN). */
+#include <type_traits>
+
 #include "emu/cuda_emu.h"
 
 #include "dsk.h"

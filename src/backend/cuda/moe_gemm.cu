@@ -76,6 +76,8 @@
  */
 #include <stdint.h>
 
+#include <type_traits>
+
 #include "cuda_common.cuh"
 #include "ptx.cuh"
 

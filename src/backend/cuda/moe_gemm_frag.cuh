@@ -42,17 +42,22 @@ __device__ __forceinline__ void a_frag_f16(const uint2 v, uint32_t &m0p0, uint32
 /* MXFP4 B, f16 path: the word of eight codes (code 2b in the low, 2b+1 in the
  * high nibble of byte b) -> f16x2 pairs (c0,c4) (c2,c6) | (c1,c5) (c3,c7), each
  * code s.ee.m as the f16 bits s00000.ee.m000000000 = value * 2^-14 (exact,
- * subnormals included). The pair of nibbles at bits k..k+3 and k+16..k+19 of
- * w becomes ((w << (12 - k)) & 0x80008000) | ((w << (9 - k)) & 0x0E000E00). */
-__device__ __forceinline__ uint32_t e2m1_pair_f16(uint32_t hi12, uint32_t hi9) {
-  return (hi12 & 0x80008000u) | (hi9 & 0x0E000E00u);
-}
+ * subnormals included). Built bytewise: zl (zh) holds the f16 high bytes
+ * s000.ee.m0 of the low (high) nibbles' codes, byte b for code 2b (2b+1):
+ * the ee.m bits (0x0E of a byte) from w << 1 (w >> 3) and the sign bit
+ * from ws = w & 0x88888888 (<< 4 for the low nibbles); a byte permute with
+ * zero low bytes then makes each pair. 11 instructions a word on sm_90
+ * (before: 16, two shifts and two masks per pair); the same bits, and on
+ * the H200 the same speed (docs/benchmarks.md, MoE v9). */
 __device__ __forceinline__ void b_frag_mx_f16(uint32_t w, uint32_t &m0p0, uint32_t &m0p1, uint32_t &m1p0,
                                               uint32_t &m1p1) {
-  m0p0 = e2m1_pair_f16(w << 12, w << 9); /* nibbles at bits 0, 16: codes 0, 4 */
-  m0p1 = e2m1_pair_f16(w << 4, w << 1);  /* bits 8, 24: codes 2, 6 */
-  m1p0 = e2m1_pair_f16(w << 8, w << 5);  /* bits 4, 20: codes 1, 5 */
-  m1p1 = e2m1_pair_f16(w, w >> 3);       /* bits 12, 28: codes 3, 7 */
+  const uint32_t ws = w & 0x88888888u;
+  const uint32_t zl = ((w << 1) & 0x0E0E0E0Eu) | ((ws & 0x08080808u) << 4); /* codes 0, 2, 4, 6 */
+  const uint32_t zh = ((w >> 3) & 0x0E0E0E0Eu) | (ws & 0x80808080u);        /* codes 1, 3, 5, 7 */
+  m0p0 = __byte_perm(zl, 0u, 0x2404); /* (c0, c4): bytes 0, 2 of zl as the high bytes */
+  m0p1 = __byte_perm(zl, 0u, 0x3414); /* (c2, c6) */
+  m1p0 = __byte_perm(zh, 0u, 0x2404); /* (c1, c5) */
+  m1p1 = __byte_perm(zh, 0u, 0x3414); /* (c3, c7) */
 }
 
 /* fp32 -> bf16 bits, round to nearest even; NaN -> quiet NaN. */

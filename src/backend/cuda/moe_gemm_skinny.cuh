@@ -48,7 +48,25 @@
  * each MMA sum by exactly 2^-7 (no product comes near fp32's underflow). */
 constexpr float kSkMxFold = 16384.f;
 
-constexpr int kSkPadB = 16; /* bytes after each staged weight row: keeps the fragment reads conflict-free */
+constexpr int kSkPadB = 16;
+
+/* DSK_MOE_SK_A16 (compile-time; default 1): MXFP4 passes of at most 4 rows
+ * stage their A rows converted to f16 fragments, once per CTA, instead of
+ * e4m3 bytes that every warp converts again at every 32-wide step (6
+ * instructions a step of about 70; docs/benchmarks.md, MoE v9). 0 = e4m3
+ * always (the A/B baseline). */
+#ifndef DSK_MOE_SK_A16
+#define DSK_MOE_SK_A16 1
+#endif
+/* Bytes of the staged A rows: grp rows of K e4m3 bytes, or for MXFP4 at
+ * grp <= 4 room for grp rows of f16. A pass of cnt <= 4 rows then stages
+ * them as f16 in pow2(cnt) rows: that fits at grp <= 4 and, in the 8 K
+ * bytes of grp 8, for any cnt <= 4; a pass of more rows stages 8 e4m3 rows.
+ * grp 4 takes the bytes of grp 8, so whether the kernel fits a call does
+ * not depend on grp (skinny_pick decides at grp 8). */
+__host__ __device__ constexpr int64_t sk_a_bytes(bool mx, int64_t K, int grp) {
+  return (DSK_MOE_SK_A16 && mx && grp <= 4 ? 2 : 1) * grp * K;
+} /* bytes after each staged weight row: keeps the fragment reads conflict-free */
 
 /* NW warps, ST = weight ring depth in stages of TPS K tiles of 128: 4, or
  * 3 / 2 when the A rows of a large K leave no room for 4 (DSv4-Pro's K 7168
@@ -68,10 +86,10 @@ struct Sk {
   static_assert(TPS == 1 || (MX && TPS == 2), "two K tiles per stage exist for MXFP4 only");
   static constexpr int RING = ST * NW * 16 * PITCH;   /* weight rows */
   static constexpr int RING_S = ST * NW * 16 * 4 * TPS; /* their scale words */
-  /* A in fragment order (K bytes for each of the grp rows of a pass), its
-   * scales ([K/128][8]), the live rows */
+  /* A in fragment order (sk_a_bytes: the grp rows of a pass as e4m3 or,
+   * MXFP4 at grp <= 4, as f16), its scales ([K/128][8]), the live rows */
   static __host__ __device__ constexpr int64_t smem(int64_t K, int grp) {
-    return RING + RING_S + grp * K + 8 * (K / 128) * 4 + 64 * 4 + 16;
+    return RING + RING_S + sk_a_bytes(MX, K, grp) + 8 * (K / 128) * 4 + 64 * 4 + 16;
   }
   static_assert(ST * 16 * PITCH >= 32 * 16, "a warp's ring holds its slice partials (32 lanes x 4 floats)");
 };
@@ -104,7 +122,7 @@ __global__ void __launch_bounds__(32 * NW, kSkWarpsPerSm / NW) moe_gemm_skinny_k
   uint32_t *s_rs = reinterpret_cast<uint32_t *>(smem + S::RING);
   const int grp = p.grp; /* rows per pass: 1, 2, 4 or 8 */
   uint8_t *s_a = smem + S::RING + S::RING_S;
-  float *s_sa = reinterpret_cast<float *>(s_a + grp * K);
+  float *s_sa = reinterpret_cast<float *>(s_a + sk_a_bytes(MX, K, grp));
   int *s_rows = reinterpret_cast<int *>(s_sa + 8 * KT);
   int *s_cnt = s_rows + 64;
 
@@ -183,19 +201,25 @@ __global__ void __launch_bounds__(32 * NW, kSkWarpsPerSm / NW) moe_gemm_skinny_k
     if (tt < TPS) dsk_ptx::cp_async4(rs + (slot * TPS + tt) * 16 + (lane & 15), ssrc + wi * p.sfb_T4 + (lane & 15), kt < KT);
   };
 
-  /* the B operand's column g reads staged row g & (grp - 1): columns >= grp
-   * repeat a staged row, and their D columns (>= cnt) are never written */
-  const int ga = g & (grp - 1);
   for (int gb = 0; gb < nlive; gb += grp) {
     const int cnt = nlive - gb < grp ? nlive - gb : grp;
-    /* A rows of the pass in fragment order: 16-byte chunk c of row g (K
-     * bytes 16 c ..) goes to ((c >> 1) * grp + g) * 32 + (c & 1) * 16 */
+    /* the pass stages pg rows (sk_a_bytes): f16 fragments of pow2(cnt)
+     * rows when cnt <= 4 (MXFP4), else e4m3 bytes of grp rows. The B
+     * operand's column g reads staged row g & (pg - 1): columns >= pg
+     * repeat a staged row, and their D columns (>= cnt) are never written */
+    const bool a16 = DSK_MOE_SK_A16 && MX && cnt <= 4;
+    const int pg = a16 ? (cnt > 2 ? 4 : cnt) : grp;
+    const int ga = g & (pg - 1);
+    /* e4m3: A rows of the pass in fragment order: 16-byte chunk c of row g
+     * (K bytes 16 c ..) goes to ((c >> 1) * pg + g) * 32 + (c & 1) * 16 */
     const int nch = (int)(K / 16);
-    for (int i = tid; i < grp * nch; i += S::THREADS) {
-      const int gr = i / nch, c = i - gr * nch;
-      const bool v = gr < cnt;
-      const uint8_t *src = v ? p.A + (m0 + s_rows[gb + gr]) * p.A_stride + 16 * c : p.A;
-      dsk_ptx::cp_async16(s_a + ((c >> 1) * grp + gr) * 32 + (c & 1) * 16, src, v);
+    if (!a16) {
+      for (int i = tid; i < pg * nch; i += S::THREADS) {
+        const int gr = i / nch, c = i - gr * nch;
+        const bool v = gr < cnt;
+        const uint8_t *src = v ? p.A + (m0 + s_rows[gb + gr]) * p.A_stride + 16 * c : p.A;
+        dsk_ptx::cp_async16(s_a + ((c >> 1) * pg + gr) * 32 + (c & 1) * 16, src, v);
+      }
     }
     for (int i = tid; i < 8 * KT; i += S::THREADS) {
       const int gr = i / KT, kt = i - gr * KT;
@@ -207,14 +231,39 @@ __global__ void __launch_bounds__(32 * NW, kSkWarpsPerSm / NW) moe_gemm_skinny_k
       }
       s_sa[kt * 8 + gr] = v;
     }
-    dsk_ptx::cp_async_commit();
+    dsk_ptx::cp_async_commit(); /* the e4m3 A chunks (f16: an empty group) */
 #pragma unroll
     for (int st = 0; st < ST - 1; st++) {
       if (st < nkt) issue(st);
       dsk_ptx::cp_async_commit();
     }
-    dsk_ptx::cp_async_wait<ST - 1>(); /* this thread's A chunks landed */
-    __syncthreads();                  /* ... and every thread's, and the scales */
+    if (a16) {
+      /* f16: 8-byte chunk c of row gr (K values 8 c .. 8 c + 7, i.e. step
+       * c / 4, lane q = c % 4) -> its four f16x2 B operands (a_frag_f16,
+       * unscaled) at ((c / 4) * pg + gr) * 64 + 16 (c % 4); loaded while
+       * the ring's first stages are in flight, four chunks in flight */
+      const int n8 = (int)(K / 8), tot = pg * n8;
+      for (int i0 = tid; i0 < tot; i0 += 4 * S::THREADS) {
+        uint2 v[4];
+#pragma unroll
+        for (int u = 0; u < 4; u++) {
+          const int i = i0 + u * S::THREADS, gr = i / n8, c = i - gr * n8;
+          v[u] = make_uint2(0u, 0u);
+          if (i < tot && gr < cnt)
+            v[u] = *reinterpret_cast<const uint2 *>(p.A + (m0 + s_rows[gb + gr]) * p.A_stride + 8 * c);
+        }
+#pragma unroll
+        for (int u = 0; u < 4; u++) {
+          const int i = i0 + u * S::THREADS, gr = i / n8, c = i - gr * n8;
+          if (i >= tot) break;
+          uint4 o;
+          a_frag_f16<false>(v[u], o.x, o.y, o.z, o.w);
+          *reinterpret_cast<uint4 *>(s_a + ((int64_t)(c >> 2) * pg + gr) * 64 + 16 * (c & 3)) = o;
+        }
+      }
+    }
+    dsk_ptx::cp_async_wait<ST - 1>(); /* this thread's e4m3 A chunks landed */
+    __syncthreads();                  /* ... and every thread's, and the scales (and the f16 rows) */
 
     float acc[4] = {0.f, 0.f, 0.f, 0.f};
     /* acc += d x (weight row scale x group row scale): rows g / g + 8, group rows 2q / 2q + 1 */
@@ -224,65 +273,83 @@ __global__ void __launch_bounds__(32 * NW, kSkWarpsPerSm / NW) moe_gemm_skinny_k
       acc[2] = fmaf(d[2], sb1 * sa.x, acc[2]);
       acc[3] = fmaf(d[3], sb1 * sa.y, acc[3]);
     };
-    for (int i = 0; i < nkt; i++) {
-      __syncwarp(); /* every lane finished reading the slot the refill overwrites */
-      if (i + ST - 1 < nkt) issue(i + ST - 1);
-      dsk_ptx::cp_async_commit();
-      dsk_ptx::cp_async_wait<ST - 1>(); /* this lane's copies of stage i landed */
-      __syncwarp();                     /* ... and every lane's */
-      if (!wact) continue;
-      const int j = ks + KS * i, slot = i % ST;
+    /* the K loop, compiled once per staging form (A16: f16 B operands) */
+    auto kloop = [&](auto a16c) {
+      constexpr bool A16 = decltype(a16c)::value;
+      for (int i = 0; i < nkt; i++) {
+        __syncwarp(); /* every lane finished reading the slot the refill overwrites */
+        if (i + ST - 1 < nkt) issue(i + ST - 1);
+        dsk_ptx::cp_async_commit();
+        dsk_ptx::cp_async_wait<ST - 1>(); /* this lane's copies of stage i landed */
+        __syncwarp();                     /* ... and every lane's */
+        if (!wact) continue;
+        const int j = ks + KS * i, slot = i % ST;
 #pragma unroll
-      for (int tt = 0; tt < TPS; tt++) {
-      const int kt = TPS * j + tt;
-      if (TPS > 1 && kt >= KT) break;
-      const uint8_t *wr = ring + slot * 16 * PITCH + tt * S::TILEB;
-      const uint32_t sw0 = rs[(slot * TPS + tt) * 16 + g], sw1 = rs[(slot * TPS + tt) * 16 + g + 8];
-      const float2 sa = *reinterpret_cast<const float2 *>(s_sa + kt * 8 + 2 * q); /* group rows 2q, 2q + 1 */
-      /* the tile's products: FP8 the MMA sums, MXFP4 the steps' sums times
-       * their weight block scales (powers of two, so the fold's products
-       * are exact and only the fp32 summation order differs from scaling
-       * every step by both scales); folded with the activation scale once */
-      float dt[4] = {0.f, 0.f, 0.f, 0.f};
+        for (int tt = 0; tt < TPS; tt++) {
+        const int kt = TPS * j + tt;
+        if (TPS > 1 && kt >= KT) break;
+        const uint8_t *wr = ring + slot * 16 * PITCH + tt * S::TILEB;
+        const uint32_t sw0 = rs[(slot * TPS + tt) * 16 + g], sw1 = rs[(slot * TPS + tt) * 16 + g + 8];
+        const float2 sa = *reinterpret_cast<const float2 *>(s_sa + kt * 8 + 2 * q); /* group rows 2q, 2q + 1 */
+        /* the tile's products: FP8 the MMA sums, MXFP4 the steps' sums times
+         * their weight block scales (powers of two, so the fold's products
+         * are exact and only the fp32 summation order differs from scaling
+         * every step by both scales); folded with the activation scale once */
+        float dt[4] = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll
-      for (int s = 0; s < 4; s++) {
-        uint32_t x0[4], x1[4];
-        if (MX) {
-          const uint32_t w0 = *reinterpret_cast<const uint32_t *>(wr + g * PITCH + 16 * s + 4 * q);
-          const uint32_t w1 = *reinterpret_cast<const uint32_t *>(wr + (g + 8) * PITCH + 16 * s + 4 * q);
-          b_frag_mx_f16(w0, x0[0], x0[1], x0[2], x0[3]); /* row g: (c0,c4) (c2,c6) | (c1,c5) (c3,c7) */
-          b_frag_mx_f16(w1, x1[0], x1[1], x1[2], x1[3]); /* row g + 8 */
-        } else {
-          const uint2 w0 = *reinterpret_cast<const uint2 *>(wr + g * PITCH + 32 * s + 8 * q);
-          const uint2 w1 = *reinterpret_cast<const uint2 *>(wr + (g + 8) * PITCH + 32 * s + 8 * q);
-          a_frag_f16<false>(w0, x0[0], x0[1], x0[2], x0[3]); /* the same pairs of K values */
-          a_frag_f16<false>(w1, x1[0], x1[1], x1[2], x1[3]);
+        for (int s = 0; s < 4; s++) {
+          uint32_t x0[4], x1[4];
+          if (MX) {
+            const uint32_t w0 = *reinterpret_cast<const uint32_t *>(wr + g * PITCH + 16 * s + 4 * q);
+            const uint32_t w1 = *reinterpret_cast<const uint32_t *>(wr + (g + 8) * PITCH + 16 * s + 4 * q);
+            b_frag_mx_f16(w0, x0[0], x0[1], x0[2], x0[3]); /* row g: (c0,c4) (c2,c6) | (c1,c5) (c3,c7) */
+            b_frag_mx_f16(w1, x1[0], x1[1], x1[2], x1[3]); /* row g + 8 */
+          } else {
+            const uint2 w0 = *reinterpret_cast<const uint2 *>(wr + g * PITCH + 32 * s + 8 * q);
+            const uint2 w1 = *reinterpret_cast<const uint2 *>(wr + (g + 8) * PITCH + 32 * s + 8 * q);
+            a_frag_f16<false>(w0, x0[0], x0[1], x0[2], x0[3]); /* the same pairs of K values */
+            a_frag_f16<false>(w1, x1[0], x1[1], x1[2], x1[3]);
+          }
+          uint32_t b[4];
+          if constexpr (A16) {
+            const uint4 av = *reinterpret_cast<const uint4 *>(s_a + ((int64_t)(kt * 4 + s) * pg + ga) * 64 + 16 * q);
+            b[0] = av.x;
+            b[1] = av.y;
+            b[2] = av.z;
+            b[3] = av.w;
+          } else {
+            const uint2 av = *reinterpret_cast<const uint2 *>(s_a + ((int64_t)(kt * 4 + s) * pg + ga) * 32 + 8 * q);
+            a_frag_f16<false>(av, b[0], b[1], b[2], b[3]); /* unscaled: kSkMxFold undoes the 2^-14 alone */
+          }
+          const uint32_t a0[4] = {x0[0], x1[0], x0[1], x1[1]}, a1[4] = {x0[2], x1[2], x0[3], x1[3]};
+          if (MX) {
+            float d[4] = {0.f, 0.f, 0.f, 0.f};
+            dsk_ptx::mma_f16(d, a0, b[0], b[1]);
+            dsk_ptx::mma_f16(d, a1, b[2], b[3]);
+            const float sb0 = ue8m0_fast((sw0 >> (8 * s)) & 0xFFu), sb1 = ue8m0_fast((sw1 >> (8 * s)) & 0xFFu);
+            dt[0] = fmaf(d[0], sb0, dt[0]);
+            dt[1] = fmaf(d[1], sb0, dt[1]);
+            dt[2] = fmaf(d[2], sb1, dt[2]);
+            dt[3] = fmaf(d[3], sb1, dt[3]);
+          } else {
+            dsk_ptx::mma_f16(dt, a0, b[0], b[1]);
+            dsk_ptx::mma_f16(dt, a1, b[2], b[3]);
+          }
         }
-        const uint2 av = *reinterpret_cast<const uint2 *>(s_a + ((int64_t)(kt * 4 + s) * grp + ga) * 32 + 8 * q);
-        uint32_t b[4];
-        a_frag_f16<false>(av, b[0], b[1], b[2], b[3]); /* unscaled: kSkMxFold undoes the 2^-14 alone */
-        const uint32_t a0[4] = {x0[0], x1[0], x0[1], x1[1]}, a1[4] = {x0[2], x1[2], x0[3], x1[3]};
         if (MX) {
-          float d[4] = {0.f, 0.f, 0.f, 0.f};
-          dsk_ptx::mma_f16(d, a0, b[0], b[1]);
-          dsk_ptx::mma_f16(d, a1, b[2], b[3]);
-          const float sb0 = ue8m0_fast((sw0 >> (8 * s)) & 0xFFu), sb1 = ue8m0_fast((sw1 >> (8 * s)) & 0xFFu);
-          dt[0] = fmaf(d[0], sb0, dt[0]);
-          dt[1] = fmaf(d[1], sb0, dt[1]);
-          dt[2] = fmaf(d[2], sb1, dt[2]);
-          dt[3] = fmaf(d[3], sb1, dt[3]);
+          fold(dt, 1.f, 1.f, sa);
         } else {
-          dsk_ptx::mma_f16(dt, a0, b[0], b[1]);
-          dsk_ptx::mma_f16(dt, a1, b[2], b[3]);
+          const int sh = 8 * (kt & 3);
+          fold(dt, ue8m0_exact((sw0 >> sh) & 0xFFu), ue8m0_exact((sw1 >> sh) & 0xFFu), sa);
+        }
         }
       }
-      if (MX) {
-        fold(dt, 1.f, 1.f, sa);
-      } else {
-        const int sh = 8 * (kt & 3);
-        fold(dt, ue8m0_exact((sw0 >> sh) & 0xFFu), ue8m0_exact((sw1 >> sh) & 0xFFu), sa);
-      }
-      }
+    };
+    if constexpr (MX && DSK_MOE_SK_A16) {
+      if (a16) kloop(std::integral_constant<bool, true>());
+      else kloop(std::integral_constant<bool, false>());
+    } else {
+      kloop(std::integral_constant<bool, false>());
     }
     dsk_ptx::cp_async_wait<0>(); /* only empty groups remain */
     if (KS > 1) {
