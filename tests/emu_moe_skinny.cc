@@ -7,7 +7,8 @@
  * live-row lists (grouped: passes of 8 rows, rows anywhere in a block; dense:
  * the rows below M of each BLOCK_M block), every case again with fewer rows
  * staged per pass (GemmArgs.grp 1, 2 or 4, so a block of more live rows takes
- * several passes), the weight ring at every depth the
+ * several passes; MXFP4 passes of at most 4 rows stage them as f16
+ * fragments, larger ones as e4m3 bytes), the weight ring at every depth the
  * launcher can pick (4, 3, 2), both warp counts, split-K over 1, 2 and 4
  * warp slices (ring stages interleaved, sums added in slice order), MXFP4
  * stages of one and of two K tiles (every MXFP4 case runs both; a half
