@@ -20,10 +20,12 @@
  * group and are added in ascending slice order. Per group of up to 8 live
  * rows (grouped: rows whose own m_indices entry is >= 0; dense: rows < M; in
  * ascending order):
- *  - all threads copy the group's A rows (e4m3, K bytes each; missing rows
- *    zero-filled) into shared memory in fragment order: 8-byte chunk
- *    (kt, s, g, q) = K values 128 kt + 32 s + 8 q .. + 7 of group row g, and
- *    the rows' activation scales per K tile ([kt][8]; x 2^14 = kSkMxFold for MX);
+ *  - all threads stage the group's A rows (missing rows zero-filled) in
+ *    shared memory in fragment order: 8-byte chunk (kt, s, g, q) = K values
+ *    128 kt + 32 s + 8 q .. + 7 of group row g, as e4m3 bytes (cp.async) or,
+ *    MXFP4 groups of at most 4 rows (v9, DSK_MOE_SK_A16), as the chunk's four
+ *    f16x2 B operands, converted once here; and the rows' activation scales
+ *    per K tile ([kt][8]; x 2^14 = kSkMxFold for MX);
  *  - each warp streams its 16 weight rows through its own ring of ST stages
  *    of TPS K tiles (cp.async: 64 (MX, one tile) or 128 bytes per row per
  *    stage in a row of PITCH bytes, each warp-wide copy whole 32-byte
@@ -31,8 +33,9 @@
  *    barrier;
  *  - per K tile and 32-wide step s: lane (g, q) reads K values 32 s + 8 q ..
  *    + 7 of weight rows g and g + 8 (MX: word q of block s, b_frag_mx_f16,
- *    e2m1 * 2^-14; FP8: 8 bytes, a_frag_f16) as the A operand and 8 bytes of
- *    group row g (a_frag_f16, unscaled) as the B operand, in the tiled
+ *    e2m1 * 2^-14; FP8: 8 bytes, a_frag_f16) as the A operand and those of
+ *    group row g (staged f16, or 8 bytes through a_frag_f16, unscaled) as
+ *    the B operand, in the tiled
  *    kernel's K order. MX: the two MMAs of a block start from zero and are
  *    added to the tile's sum times the weight row's block scale, the tile's
  *    sum folded into the fp32 accumulator with the group row's K-tile scale
@@ -48,12 +51,12 @@
  * each MMA sum by exactly 2^-7 (no product comes near fp32's underflow). */
 constexpr float kSkMxFold = 16384.f;
 
-constexpr int kSkPadB = 16;
+constexpr int kSkPadB = 16; /* bytes after each staged weight row: keeps the fragment reads conflict-free */
 
 /* DSK_MOE_SK_A16 (compile-time; default 1): MXFP4 passes of at most 4 rows
  * stage their A rows converted to f16 fragments, once per CTA, instead of
  * e4m3 bytes that every warp converts again at every 32-wide step (6
- * instructions a step of about 70; docs/benchmarks.md, MoE v9). 0 = e4m3
+ * instructions a step of about 59; docs/benchmarks.md, MoE v9). 0 = e4m3
  * always (the A/B baseline). */
 #ifndef DSK_MOE_SK_A16
 #define DSK_MOE_SK_A16 1
@@ -66,7 +69,7 @@ constexpr int kSkPadB = 16;
  * not depend on grp (skinny_pick decides at grp 8). */
 __host__ __device__ constexpr int64_t sk_a_bytes(bool mx, int64_t K, int grp) {
   return (DSK_MOE_SK_A16 && mx && grp <= 4 ? 2 : 1) * grp * K;
-} /* bytes after each staged weight row: keeps the fragment reads conflict-free */
+}
 
 /* NW warps, ST = weight ring depth in stages of TPS K tiles of 128: 4, or
  * 3 / 2 when the A rows of a large K leave no room for 4 (DSv4-Pro's K 7168
