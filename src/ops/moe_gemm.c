@@ -245,9 +245,7 @@ dsk_status dsk__moe_gemm_copy(const dsk_ctx *ctx, const dsk_moe_gemm_desc *d, ds
 /* d: a full-size copy (dsk__moe_gemm_copy) */
 dsk_status dsk__moe_gemm_validate(const dsk_ctx *ctx, const dsk_moe_gemm_desc *d, int run, int mode, dsk_tactic *t,
                                   int *src) {
-  const char *op = OP_GEMM;
-  TRY(check_ctx_desc(ctx, d, op));
-  TRY(check_struct(op, d->struct_size, sizeof *d, "dsk_moe_gemm_desc"));
+  const char *op = OP_GEMM; /* ctx, desc and struct_size: checked by dsk__moe_gemm_copy */
   TRY(check_count(op, "M_sum", d->M_sum));
   if (d->max_expert_rows < 0)
     return dsk__fail(DSK_STATUS_INVALID_ARG, "%s: max_expert_rows %" PRId64 " < 0 (0 = unknown)", op,
