@@ -28,7 +28,6 @@ __attribute__((aligned(16))) uint8_t smem[160 * 1024];
 #include "backend/cuda/sparse_mla_k16.cuh"
 #include "backend/cuda/sparse_mla_k32.cuh"
 #include "backend/cuda/sparse_mla_k32f8.cuh"
-#include "backend/cuda/sparse_mla_k32t.cuh"
 #include "backend/cuda/sparse_mla_combine.cuh"
 #include "backend/cuda/sparse_mla_plan.cuh"
 }  // namespace
@@ -53,7 +52,6 @@ struct Case {
   bool pow2 = false;  /* Format A scales by the POW2 rule (else RAW) */
   bool rc = false;       /* ACCURATE 32 heads by the raw-record kernel's RC form (DSK_MLA32_REGCVT) */
   bool zero_tile = false; /* latent tile 1 of every record all zero (scale 2^-126 in Format A RAW) */
-  bool tr = false;        /* with rc: Format B by the transposed kernel (DSK_MLA32_T) */
 };
 
 struct SegData {
@@ -214,9 +212,8 @@ Ran run_kernels(const Case &k, const dsk_sparse_mla_desc &d, int64_t sm_count) {
   memset(&tc, 0, sizeof tc);
   tc.v[0] = k.cpb;
   tc.v[1] = k.hpc;
-  LaunchPlan lp = launch_plan<F>(&d, &tc, sm_count, k.fast, k.rc, k.tr);
+  LaunchPlan lp = launch_plan<F>(&d, &tc, sm_count, k.fast, k.rc);
   EXPECT(lp.rc == (k.rc && !k.fast && k.hpc == 32), "%s: the RC form %s", k.name, lp.rc ? "ran" : "did not run");
-  EXPECT(lp.tr == (lp.rc && k.tr && F == 2), "%s: the transposed kernel %s", k.name, lp.tr ? "ran" : "did not run");
   EXPECT(lp.fp8 == (k.fast && k.hpc == 32), "%s: the FAST kernel %s", k.name, lp.fp8 ? "ran" : "did not run");
   Params &p = lp.p;
   EXPECT(lp.smem <= (int)sizeof smem, "smem %d", lp.smem);
@@ -229,8 +226,6 @@ Ran run_kernels(const Case &k, const dsk_sparse_mla_desc &d, int64_t sm_count) {
   const unsigned gx = (unsigned)lp.blocks_x, gy = (unsigned)p.splits;
   if (lp.fp8) {
     emu::launch(gx, gy, DSK_MLA32_THREADS, smem, lp.smem, [&] { sparse_mla_k32f8_kernel<F, false>(p); });
-  } else if (lp.tr) {
-    if constexpr (F == 2) emu::launch(gx, gy, DSK_MLA32_THREADS, smem, lp.smem, [&] { sparse_mla_k32t_kernel<F>(p); });
   } else if (lp.rc) {
     emu::launch(gx, gy, DSK_MLA32_THREADS, smem, lp.smem, [&] { sparse_mla_k32f8_kernel<F, true>(p); });
   } else if (lp.wide) {
@@ -351,9 +346,9 @@ bool run_case(dsk_ctx *cpu, const Case &k, uint64_t seed) {
     }
   const bool ok = rel <= 4e-3 && lse_abs <= 1e-3 && max_abs <= 2e-2 * max_ref && bad == 0 && gaps == 0 &&
                   counters[0] == ecnt[0] && counters[1] == ecnt[1];
-  printf("emu sparse_mla %-34s %s%s%s q %.2f %s hpc %d cpb %d: %d warps, %d splits, combine %d: rel_l2 %.2e lse_abs %.2e max_abs %.2e bad %lld gaps %lld "
+  printf("emu sparse_mla %-34s %s%s q %.2f %s hpc %d cpb %d: %d warps, %d splits, combine %d: rel_l2 %.2e lse_abs %.2e max_abs %.2e bad %lld gaps %lld "
          "counters %lld/%lld (want %lld/%lld) %s\n",
-         k.name, k.fast ? "FAST" : "ACC ", k.rc ? " rc " : "", k.tr ? "tr " : "", k.qsig, k.fmt == DSK_KV_FORMAT_A656 ? (k.pow2 ? "POW2" : "RAW ") : "UE8M0", k.hpc,
+         k.name, k.fast ? "FAST" : "ACC ", k.rc ? " rc " : "", k.qsig, k.fmt == DSK_KV_FORMAT_A656 ? (k.pow2 ? "POW2" : "RAW ") : "UE8M0", k.hpc,
          k.cpb, ran.warps, ran.splits, ran.combine, rel, lse_abs, max_abs, (long long)bad, (long long)gaps,
          (long long)counters[0], (long long)counters[1], (long long)ecnt[0], (long long)ecnt[1], ok ? "pass" : "FAIL");
   fflush(stdout);
@@ -408,13 +403,6 @@ int main() {
       {"B DSv4-Flash swa128 + c4a512, H 64", B, 1, 64, 2, {{64, 128, 4, false}, {64, 512, 12, false}}, true, 1, 32, false, 2.0, false, true},
       {"A pbs 24 w 150 lens, H 20", A, 2, 20, 1, {{24, 150, 12, true}, {0, 0, 0, false}}, false, 3, 32, false, 0.25, true, true},
       {"A pbs 64 w 64 sink, H 64", A, 1, 64, 1, {{64, 64, 2, false}, {0, 0, 0, false}}, true, 1, 32, false, 1.0, false, true},
-      /* ACCURATE 32 heads of Format B by the transposed kernel (DSK_MLA32_T) */
-      {"B swa64x70 + c128a2x45, H40", B, 3, 40, 2, {{64, 70, 3, true}, {2, 45, 40, false}}, true, 1, 32, false, 1.0, false, true, false, true},
-      {"B swa64x70 + c128a2x45, H40", B, 3, 40, 2, {{64, 70, 3, true}, {2, 45, 40, false}}, true, 3, 32, false, 0.25, false, true, false, true},
-      {"B DSv4-Flash swa128 + c4a512, H 64", B, 1, 64, 2, {{64, 128, 4, false}, {64, 512, 12, false}}, true, 1, 32, false, 2.0, false, true, false, true},
-      {"B one segment pbs 64 w 33, H 17", B, 2, 17, 1, {{64, 33, 2, false}, {0, 0, 0, false}}, false, 2, 32, false, 1.0, false, true, true, true},
-      {"B multi-wave w 70, T 45, H 48", B, 45, 48, 1, {{64, 70, 4, false}, {0, 0, 0, false}}, true, 1, 32, false, 1.0, false, true, false, true},
-      {"B one segment pbs 64 w 700, H 32", B, 2, 32, 1, {{64, 700, 12, true}, {0, 0, 0, false}}, true, 16, 32, false, 1.0, false, true, false, true},
       /* a long accumulation chain: top-2048 in one split (64 stages) */
       {"A top-2048 one split, H 32", A, 1, 32, 1, {{64, 2048, 40, false}, {0, 0, 0, false}}, false, 32, 32, true},
       /* an all-zero latent tile in every record: the tiny tile scale must not overflow the PV factor */

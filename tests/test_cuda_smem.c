@@ -110,28 +110,6 @@ int main(void) {
                      2 * (f8 + 1024) <= 228 * 1024,
              "format %d, raw-record ACCURATE form: f16 Q rows (stride %d)", f, DSK_MLA32F8_QF16_STRIDE(f));
   }
-  {
-    /* the transposed 32-head kernel (Format B, DSK_MLA32_T): fits SM120 and
-     * two CTAs per H200 SM; 16-byte aligned regions; Q rows (512 dims of 2
-     * bytes), weight rows and records (the 584 staged bytes) with strides of
-     * an odd multiple of 16 bytes, so the 8 rows of an ldmatrix hit distinct
-     * 16-byte bank groups; partial-score rows of 36 fp32 (the QK stores are conflict-free:
-     * 4 h + c covers 32 banks over a warp) */
-    const long tb = DSK_MLA32T_SMEM_BYTES;
-    TU_CHECK(&c, tb <= DSK_SM120_SMEM_LIMIT && 2 * (tb + 1024) <= 228 * 1024, "transposed kernel: %ld B", tb);
-    TU_CHECK(&c, DSK_MLA32T_OFF_RAW % 16 == 0 && DSK_MLA32T_OFF_PS % 16 == 0 && DSK_MLA32T_OFF_PH % 16 == 0 &&
-                     DSK_MLA32T_OFF_PB % 16 == 0 && DSK_MLA32T_OFF_ALPHA % 16 == 0 && DSK_MLA32T_OFF_VALID % 16 == 0,
-             "transposed kernel: misaligned region");
-    TU_CHECK(&c, DSK_MLA32T_Q_STRIDE % 32 == 16 && DSK_MLA32T_Q_STRIDE >= 1024 && DSK_MLA32T_P_STRIDE % 32 == 16 &&
-                     DSK_MLA32T_P_STRIDE >= 64 && DSK_MLA32T_REC >= 584 && DSK_MLA32T_REC % 32 == 16 &&
-                     DSK_MLA32T_PS_STRIDE == 36,
-             "transposed kernel: strides");
-    TU_CHECK(&c, DSK_MLA32T_SMEM_BYTES - DSK_MLA32T_OFF_VALID == 2 * DSK_MLA_SUB * 4 &&
-                     DSK_MLA32T_OFF_PH - DSK_MLA32T_OFF_PS == 4 * DSK_MLA32_HEADS * DSK_MLA32T_PS_STRIDE * 4 &&
-                     DSK_MLA32T_OFF_PS - DSK_MLA32T_OFF_RAW == 2 * DSK_MLA_SUB * DSK_MLA32T_REC,
-             "transposed kernel: region sizes");
-    printf("format B584: %ld bytes of shared memory per transposed 32-head CTA (limit %d)\n", tb, DSK_SM120_SMEM_LIMIT);
-  }
 #ifdef DSK_HAVE_CUDA
   TU_CHECK(&c, dsk__cuda_sparse_mla_smem_bytes(DSK_KV_FORMAT_A656, 16) == DSK_MLA_SMEM_BYTES_W(1, DSK_MLA_WARPS8),
            "A mismatch (the 16-head kernel reports its larger, 8-warp configuration)");

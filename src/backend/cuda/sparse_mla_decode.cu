@@ -63,7 +63,6 @@ namespace {
 #include "sparse_mla_k16.cuh"
 #include "sparse_mla_k32.cuh"
 #include "sparse_mla_k32f8.cuh"
-#include "sparse_mla_k32t.cuh"
 #include "sparse_mla_combine.cuh"
 #include "sparse_mla_plan.cuh"
 
@@ -77,7 +76,7 @@ dsk_status launch(dsk_ctx *ctx, const dsk_sparse_mla_desc *d, const dsk_tactic *
    * kernel"), and cuda-sm120 serves FAST with ACCURATE */
   const bool fp8_ok = st->sm120_table != 0 && ctx->env.test_as_sm120;
   const LaunchPlan lp =
-      launch_plan<F>(d, tc, ctx->info.sm_count, fp8_ok, DSK_MLA32_REGCVT, DSK_MLA32_T);
+      launch_plan<F>(d, tc, ctx->info.sm_count, fp8_ok, DSK_MLA32_REGCVT);
   const Params &p = lp.p;
   const int smem = lp.smem;
   const int64_t blocks_x = lp.blocks_x;
@@ -90,10 +89,6 @@ dsk_status launch(dsk_ctx *ctx, const dsk_sparse_mla_desc *d, const dsk_tactic *
   const dim3 grid((unsigned)blocks_x, (unsigned)p.splits);
   if (lp.fp8)
     sparse_mla_k32f8_kernel<F, false><<<grid, k32Threads, smem, s>>>(p);
-#if DSK_MLA32_T
-  else if (lp.tr) /* Format B only (launch_plan) */
-    sparse_mla_k32t_kernel<2><<<grid, k32Threads, smem, s>>>(p);
-#endif
   else if (lp.wide) /* lp.rc == DSK_MLA32_REGCVT: one of the two is built */
 #if DSK_MLA32_REGCVT
     sparse_mla_k32f8_kernel<F, true><<<grid, k32Threads, smem, s>>>(p);
@@ -187,10 +182,6 @@ extern "C" dsk_status dsk__cuda_sparse_mla_setup(dsk_cuda_state *st) {
       (r = setup_kernel(st, sparse_mla_k32f8_kernel<2, true>, k32Threads, DSK_MLA32F8_SMEM_BYTES(2),
                         &st->mla_ctas_per_sm[1][B])))
     return r;
-#if DSK_MLA32_T
-  if ((r = setup_kernel(st, sparse_mla_k32t_kernel<2>, k32Threads, DSK_MLA32T_SMEM_BYTES, &st->mla_ctas_per_sm[1][B])))
-    return r;
-#endif
 #else
   if ((r = setup_kernel(st, sparse_mla_k32_kernel<1>, k32Threads, DSK_MLA32_SMEM_BYTES(1), &st->mla_ctas_per_sm[1][A])) ||
       (r = setup_kernel(st, sparse_mla_k32_kernel<2>, k32Threads, DSK_MLA32_SMEM_BYTES(2), &st->mla_ctas_per_sm[1][B])))

@@ -107,25 +107,4 @@
 #define DSK_MLA32F8_OFF_VALID(f) (DSK_MLA32F8_OFF_QS(f) + DSK_MLA32_HEADS * 4)
 #define DSK_MLA32F8_SMEM_BYTES(f) (DSK_MLA32F8_OFF_VALID(f) + 2 * DSK_MLA_SUB * 4)
 
-/* ---- the transposed 32-head kernel (sparse_mla_k32t.cuh; Format B,
- * ACCURATE): 8 warps, 32 heads, S^T = K Q^T and O^T = V^T P^T. Regions: Q
- * (32 rows of 512 f16 / bf16 dims in the kernel's permuted order), RAW (two
- * stage buffers of records), PS (the four QK dim parts' partial scores,
- * fp32 [4][32 heads][PS_STRIDE]), PH / PB (the weights as f16 / bf16
- * [32 heads][32 candidates]), ALPHA, FAC, QS, VALID ([2][SUB] int32). */
-#define DSK_MLA32T_Q_STRIDE 1040 /* bytes per Q row (1024 + 16: ldmatrix rows in distinct banks) */
-#define DSK_MLA32T_REC 592       /* bytes per staged record */
-#define DSK_MLA32T_PS_STRIDE 36  /* fp32 per partial-score row: the QK stores are conflict-free */
-#define DSK_MLA32T_P_STRIDE 80   /* bytes per weight row (64 + 16) */
-#define DSK_MLA32T_OFF_Q 0
-#define DSK_MLA32T_OFF_RAW (DSK_MLA32T_OFF_Q + DSK_MLA32_HEADS * DSK_MLA32T_Q_STRIDE)
-#define DSK_MLA32T_OFF_PS (DSK_MLA32T_OFF_RAW + 2 * DSK_MLA_SUB * DSK_MLA32T_REC)
-#define DSK_MLA32T_OFF_PH (DSK_MLA32T_OFF_PS + 4 * DSK_MLA32_HEADS * DSK_MLA32T_PS_STRIDE * 4)
-#define DSK_MLA32T_OFF_PB (DSK_MLA32T_OFF_PH + DSK_MLA32_HEADS * DSK_MLA32T_P_STRIDE)
-#define DSK_MLA32T_OFF_ALPHA (DSK_MLA32T_OFF_PB + DSK_MLA32_HEADS * DSK_MLA32T_P_STRIDE)
-#define DSK_MLA32T_OFF_FAC (DSK_MLA32T_OFF_ALPHA + DSK_MLA32_HEADS * 4)
-#define DSK_MLA32T_OFF_QS (DSK_MLA32T_OFF_FAC + DSK_MLA32_HEADS * 4)
-#define DSK_MLA32T_OFF_VALID (DSK_MLA32T_OFF_QS + DSK_MLA32_HEADS * 4)
-#define DSK_MLA32T_SMEM_BYTES (DSK_MLA32T_OFF_VALID + 2 * DSK_MLA_SUB * 4)
-
 #endif

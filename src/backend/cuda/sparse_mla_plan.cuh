@@ -46,13 +46,6 @@ int64_t workspace_bytes(const dsk_sparse_mla_desc *d, int splits) {
 #ifndef DSK_MLA32_REGCVT
 #define DSK_MLA32_REGCVT 1
 #endif
-/* DSK_MLA32_T (compile time): 1 runs the ACCURATE 32-head Format B calls
- * of the RC form with the transposed kernel (sparse_mla_k32t.cuh: S^T = K
- * Q^T, O^T = V^T P^T, every K and V byte converted once per CTA); 0 keeps
- * the RC kernel for them. */
-#ifndef DSK_MLA32_T
-#define DSK_MLA32_T 0
-#endif
 
 /* One call's launch: the parameters, the split kernel (wide = 32 heads;
  * fp8 = its FAST form; w8 = the 16-head kernel with 8 warps, for
@@ -66,13 +59,13 @@ int64_t workspace_bytes(const dsk_sparse_mla_desc *d, int splits) {
  * it. */
 struct LaunchPlan {
   Params p;
-  bool wide, fp8, rc, tr, w8, single_wave;
+  bool wide, fp8, rc, w8, single_wave;
   int64_t blocks_x;
   int smem, combine_batch;
 };
 template <int F>
 LaunchPlan launch_plan(const dsk_sparse_mla_desc *d, const dsk_tactic *tc, int64_t sm_count, bool fp8_ok,
-                       bool rc_ok, bool tr_ok) {
+                       bool rc_ok) {
   LaunchPlan lp;
   Params &p = lp.p;
   memset(&p, 0, sizeof p);
@@ -109,7 +102,6 @@ LaunchPlan launch_plan(const dsk_sparse_mla_desc *d, const dsk_tactic *tc, int64
   lp.wide = hpc == DSK_MLA32_HEADS;
   lp.fp8 = lp.wide && fp8_ok && d->precision == DSK_PRECISION_FAST;
   lp.rc = lp.wide && !lp.fp8 && rc_ok;
-  lp.tr = lp.rc && F == 2 && tr_ok; /* the RC call runs the transposed kernel */
   p.nhg = (int)((d->H + hpc - 1) / hpc);
   p.counters = (unsigned long long *)d->counters;
   if (p.splits > 1) {
@@ -119,8 +111,7 @@ LaunchPlan launch_plan(const dsk_sparse_mla_desc *d, const dsk_tactic *tc, int64
   lp.blocks_x = d->T * p.nhg;
   lp.single_wave = lp.blocks_x * p.splits <= sm_count;
   lp.w8 = !lp.wide && lp.single_wave;
-  lp.smem = lp.tr              ? DSK_MLA32T_SMEM_BYTES
-            : lp.fp8 || lp.rc ? DSK_MLA32F8_SMEM_BYTES(F)
+  lp.smem = lp.fp8 || lp.rc ? DSK_MLA32F8_SMEM_BYTES(F)
             : lp.wide ? DSK_MLA32_SMEM_BYTES(F)
             : lp.w8   ? DSK_MLA_SMEM_BYTES_W(F, DSK_MLA_WARPS8)
                       : DSK_MLA_SMEM_BYTES(F);
