@@ -1347,6 +1347,43 @@ static int fake_capturing(dsk_ctx *ctx, void *stream) {
   return 1;
 }
 
+/* MoE GEMM timing allocates the weights of the experts the synthetic
+ * routing touches, not of all E (timing.c, moe_layout): a key whose full
+ * expert set alone exceeds DSK_AUTOTUNE_MAX_MB is timed when its touched
+ * experts fit (DSv4-Flash FC1 at TP 1 was skipped at 2.2 GB), and a key
+ * whose touched experts do not fit is still skipped with the reason. */
+static void test_moe_timing_budget(void) {
+  setenv("DSK_AUTOTUNE_CACHE", "off", 1);
+  setenv("DSK_AUTOTUNE_MAX_MB", "16", 1);
+  dsk_ctx *c = ctx_in(NULL);
+  unsetenv("DSK_AUTOTUNE_CACHE");
+  unsetenv("DSK_AUTOTUNE_MAX_MB");
+  if (!c) return;
+  dsk__tune_scratch *sc = dsk__tune_scratch_new(c);
+  TU_CHECK(&counts, sc != NULL, "scratch");
+  if (sc) {
+    /* E 256 x N 2048 x K 256 MXFP4: 64 MiB of weights for all experts; T 1 touches 6 (1.5 MiB);
+     * 6 tactics (BLOCK_M 64; BLOCK_N 64, 128, 256; split 1, 2: K / 4 is not a multiple of 128) */
+    dsk__tune_shape s = moe_shape(2048, 256, 256, 64, 6, 1);
+    dsk__tune_result r;
+    TU_CHECK_OK(&counts, dsk__tune_time_key(c, sc, &s, &r));
+    TU_CHECK(&counts, r.skip_reason[0] == 0 && r.num_tactics == 6 && r.us_best > 0 && r.us_heuristic > 0,
+             "E 256 key at T 1 timed within 16 MiB (skip '%s', %d tactics)", r.skip_reason, r.num_tactics);
+    /* T 64: about 200 experts touched (50 MiB of weights), over the budget */
+    s = moe_shape(2048, 256, 256, 64, 6, 64);
+    TU_CHECK_OK(&counts, dsk__tune_time_key(c, sc, &s, &r));
+    TU_CHECK(&counts, r.num_tactics == 0 && strstr(r.skip_reason, "DSK_AUTOTUNE_MAX_MB 16") != NULL,
+             "E 256 key at T 64 skipped over the budget: '%s'", r.skip_reason);
+    /* expert parallelism (E_local 4 < topk 6: repeats, every local expert touched) */
+    s = moe_shape(2048, 256, 4, 64, 6, 2);
+    TU_CHECK_OK(&counts, dsk__tune_time_key(c, sc, &s, &r));
+    TU_CHECK(&counts, r.skip_reason[0] == 0 && r.num_tactics == 6, "E_local 4 < topk key timed ('%s')",
+             r.skip_reason);
+    dsk__tune_scratch_free(sc);
+  }
+  dsk_ctx_destroy(c);
+}
+
 static void test_capture(void) {
   setenv("DSK_AUTOTUNE_CACHE", "off", 1);
   setenv("DSK_AUTOTUNE_REQUIRE_HIT", "1", 1); /* a capture never makes warmup fail */
@@ -1488,6 +1525,7 @@ int main(void) {
   TIMED(test_lookups());
   TIMED(test_mhc_tuned_consistency());
   TIMED(test_moe_keys());
+  TIMED(test_moe_timing_budget());
   TIMED(test_capture());
   TIMED(test_unavailable_backend());
   dsk_log_set(NULL, NULL);

@@ -1,7 +1,7 @@
 /* timing.c - timing one key (autotune.md §3): synthetic inputs of the key's
  * size (A6: KV pools of 4x L2 with random slots seeded from the key; MoE
- * GEMMs with uniform-random routing seeded from the key, every local
- * expert's weights allocated; never the caller's buffers; scratch within
+ * GEMMs with uniform-random routing seeded from the key, the weights of
+ * every expert the routing touches allocated; never the caller's buffers; scratch within
  * DSK_AUTOTUNE_MAX_MB), every tactic of
  * the canonical order through dsk_bench_run with the A7 counts and the A8
  * cache state, and the deterministic pick of A9. Called only by
@@ -105,9 +105,15 @@ static dsk_status fill_slots(dsk__tune_scratch *sc, tbuf *b, int64_t T, int64_t 
 /* The m-grouped contiguous layout (spec/mxfp4-moe.md §5.1) of T tokens
  * routed uniformly at random (A6; seeded from the key) to topk distinct
  * experts of E each: segments rounded up to A, padding and the tail up to
- * M_sum -1. Writes M_sum int32 to sc->host. */
+ * M_sum -1. Writes M_sum int32 to sc->host. The experts the routing touches
+ * are renumbered 0 .. *touched - 1 in ascending order of their ids (the
+ * segments keep their order and sizes), so the timing allocates the
+ * weights of those experts only: the GEMM reads no other expert's weights,
+ * and each touched expert still has its own, read from memory as in
+ * serving (DSv4-Flash FC1 at TP 1: 2 GiB of weights for E 256, 48 MiB for
+ * the 6 experts of T 1). */
 static dsk_status moe_layout(dsk__tune_scratch *sc, int64_t T, int64_t topk, int64_t E, int64_t A, int64_t msum,
-                             uint64_t seed) {
+                             uint64_t seed, int64_t *touched) {
   dsk_status st = host_need(sc, msum);
   if (st != DSK_STATUS_OK) return st;
   int64_t *cnt = (int64_t *)calloc((size_t)E, sizeof *cnt);
@@ -127,14 +133,17 @@ static dsk_status moe_layout(dsk__tune_scratch *sc, int64_t T, int64_t topk, int
       cnt[e]++;
     }
   }
-  int64_t row = 0;
+  int64_t row = 0, u = 0;
   for (int64_t e = 0; e < E; e++) {
+    if (cnt[e] == 0) continue;
     const int64_t seg = (cnt[e] + A - 1) / A * A;
     /* sum of segments <= T*topk + min(T*topk, E)*(A-1) <= M_sum (worst case) */
-    for (int64_t i = 0; i < seg && row < msum; i++, row++) sc->host[row] = i < cnt[e] ? (int32_t)e : -1;
+    for (int64_t i = 0; i < seg && row < msum; i++, row++) sc->host[row] = i < cnt[e] ? (int32_t)u : -1;
+    u++;
   }
   for (; row < msum; row++) sc->host[row] = -1;
   free(cnt);
+  *touched = u > 0 ? u : 1;
   return DSK_STATUS_OK;
 }
 
@@ -271,14 +280,17 @@ static dsk_status setup(dsk__tune_scratch *sc, const dsk__tuner *t, const dsk__t
      * dsk_moe_run (the graph-safe size it runs with). */
     const int moe = s->op == DSK_OP_MOE_GEMM;
     const int mx = moe && s->wfmt == DSK_MOE_W_MXFP4;
-    const int64_t N = s->N, K = s->K, G = moe ? s->E : 1;
+    const int64_t N = s->N, K = s->K;
     if (moe && (s->topk < 1 || s->topk > DSK_MOE_MAX_TOPK || s->E < 1 || s->A < 64))
       return dsk__fail(DSK_STATUS_INVALID_ARG, "autotune: moe_gemm key with topk %lld, E %lld, A %lld",
                        (long long)s->topk, (long long)s->E, (long long)s->A);
-    int64_t rows = s->T;
+    int64_t rows = s->T, G = 1;
     if (moe) {
       const int64_t M = s->T * s->topk, active = M < s->E ? M : s->E;
       rows = (M + active * (s->A - 1) + s->A - 1) / s->A * s->A;
+      /* the routing first (host only): G = the experts it touches, whose
+       * weights are all the GEMM reads */
+      if ((st = moe_layout(sc, s->T, s->topk, s->E, s->A, rows, seed, &G)) != DSK_STATUS_OK) return st;
     }
     const int64_t sfkb = mx ? K / 32 : K / 128;
     const int64_t ab = rows * K, sfab = dsk_sf_packed_words(1, rows, K / 128) * 4, mib = moe ? rows * 4 : 0;
@@ -297,13 +309,12 @@ static dsk_status setup(dsk__tune_scratch *sc, const dsk__tuner *t, const dsk__t
     if (moe) {
       dsk_moe_gemm_desc *d = &a->mg;
       if ((st = tbuf_need(ctx, &sc->gmind, mib, -1)) != DSK_STATUS_OK) return st;
-      if ((st = moe_layout(sc, s->T, s->topk, s->E, s->A, rows, seed)) != DSK_STATUS_OK) return st;
       if ((st = dsk_mem_upload(ctx, sc->gmind.p, sc->host, (size_t)mib)) != DSK_STATUS_OK) return st;
       d->struct_size = sizeof *d;
       d->M_sum = rows;
       d->N = N;
       d->K = K;
-      d->E_local = s->E;
+      d->E_local = G; /* the touched experts (moe_layout); the key keeps E */
       d->A_used = s->A;
       d->expected_m = s->T * s->topk;
       d->max_expert_rows = s->topk <= s->E ? s->T : 0; /* moe_layout: distinct experts per token then */
