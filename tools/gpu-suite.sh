@@ -2,7 +2,7 @@
 # GPU suite: build with CUDA, then the backend-vs-reference harness on the
 # GPU (both backend tables), compute-sanitizer, the demo, the benchmarks
 # and the warmup timing. Logs go to $OUT (or /tmp/dsk-gpu). Usage:
-#   tools/gpu-suite.sh [build|check|sanitize|demo|bench|tune|all|ab-regcvt|ab-skinny|ab-moe-grp]...
+#   tools/gpu-suite.sh [build|check|sanitize|demo|bench|tune|all|ab-regcvt|ab-skinny]...
 set -uo pipefail
 OUT=${OUT:-/tmp/dsk-gpu}
 mkdir -p "$OUT"
@@ -81,26 +81,6 @@ for what in "${@:-all}"; do
           run bench_moe_base_$i env DSK_AUTOTUNE=0 DSK_AUTOTUNE_CACHE=off "$B-sk0/dsk" bench moe --device cuda:0 --max-t 128
           run bench_moe_skinny_$i env DSK_AUTOTUNE=0 DSK_AUTOTUNE_CACHE=off "$B/dsk" bench moe --device cuda:0 --max-t 128
         done ;;&
-    ab-moe-grp)
-      # not part of `all`: the skinny MoE GEMM with at most 1 and 2 rows per
-      # pass (-DDSK_MOE_SK_GROUP_MAX, a deeper ring at T 16; blocks of more
-      # rows take more passes) against the default build, the MoE harness on
-      # each variant first
-      for gm in 1 2; do
-        run cmake_grp$gm cmake -S . -B "$B-grp$gm" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES="$ARCHS" \
-          -DCMAKE_CUDA_FLAGS=-DDSK_MOE_SK_GROUP_MAX=$gm ${DSK_CMAKE_FLAGS:-} &&
-          run build_grp$gm cmake --build "$B-grp$gm" -j "$(nproc)" --target dsk_cli &&
-          run check_grp$gm "$B-grp$gm/dsk" check --device cuda:0 --only moe --quick
-      done
-      for i in 1 2; do
-        for m in dsv4-flash dsv4-pro glm-5.1; do
-          run bench_moe_base_${m}_$i env DSK_AUTOTUNE=0 DSK_AUTOTUNE_CACHE=off "$B/dsk" bench moe --device cuda:0 --model "$m" --max-t 16
-          for gm in 1 2; do
-            [ -x "$B-grp$gm/dsk" ] && run bench_moe_grp${gm}_${m}_$i env DSK_AUTOTUNE=0 DSK_AUTOTUNE_CACHE=off \
-              "$B-grp$gm/dsk" bench moe --device cuda:0 --model "$m" --max-t 16
-          done
-        done
-      done ;;&
     ab-regcvt)
       # not part of `all`: the earlier 32-head kernel with its f16 stage in
       # shared memory (-DDSK_MLA32_REGCVT=0) against the default build (the

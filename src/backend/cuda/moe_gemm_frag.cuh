@@ -102,24 +102,13 @@ struct GemmArgs {
 #ifndef DSK_MOE_SK_GROUP
 #define DSK_MOE_SK_GROUP 1
 #endif
-/* DSK_MOE_SK_GROUP_MAX (compile-time; default 8, no cap): the most rows a
- * pass stages whatever the hint (1, 2 or 4: a block with more live rows is
- * still exact, in more passes). An A/B knob for docs/benchmarks.md's MoE v9
- * next step: at T 16 the hint gives 8 rows, whose A bytes leave the
- * MXFP4 GEMMs a 2-stage ring at 3 CTAs per SM (tools/gpu-suite.sh ab-moe-grp). */
-#ifndef DSK_MOE_SK_GROUP_MAX
-#define DSK_MOE_SK_GROUP_MAX 8
-#endif
-static_assert(DSK_MOE_SK_GROUP_MAX == 1 || DSK_MOE_SK_GROUP_MAX == 2 || DSK_MOE_SK_GROUP_MAX == 4 ||
-                  DSK_MOE_SK_GROUP_MAX == 8,
-              "DSK_MOE_SK_GROUP_MAX is 1, 2, 4 or 8");
 /* Rows the skinny kernel stages per pass for a bound on the live rows of a
- * block (0 = unknown): the power of two >= it, at most 8 (one MMA's N),
- * and at most DSK_MOE_SK_GROUP_MAX. */
+ * block (0 = unknown): the power of two >= it, at most 8 (one MMA's N).
+ * (A cap below the hint, for a deeper ring at T 16, measured no gain:
+ * docs/benchmarks.md, MoE v9b, commit f45207b.) */
 inline int sk_group(int64_t max_rows) {
-  int g = 8;
-  if (DSK_MOE_SK_GROUP && max_rows > 0 && max_rows <= 4) g = max_rows > 2 ? 4 : (int)max_rows;
-  return g < DSK_MOE_SK_GROUP_MAX ? g : DSK_MOE_SK_GROUP_MAX;
+  if (!DSK_MOE_SK_GROUP || max_rows <= 0 || max_rows > 4) return 8;
+  return max_rows > 2 ? 4 : (int)max_rows;
 }
 
 /* The arguments of a grouped GEMM call at BLOCK_M bm (host side; split-K
