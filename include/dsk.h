@@ -1191,7 +1191,16 @@ typedef struct dsk_moe_desc {
    * way. A caller built before this field (struct_size =
    * offsetof(aux_stream)) is served without it. */
   void *aux_stream;
+  /* DSK_MOE_RUN_* bits; 0 = the default. A caller built before this field
+   * (struct_size = offsetof(flags)) gets 0. */
+  uint32_t flags;
 } dsk_moe_desc;
+
+/* dsk_moe_desc.flags: run steps 2-4 (quantize x, permute, pack SFA) as
+ * their separate ops even where the backend fuses them for decode-sized
+ * calls (CUDA, T * topk <= 256). The result is bit-identical either way;
+ * for A/B timing and debugging. */
+#define DSK_MOE_RUN_UNFUSED 1u
 
 /* Zero the descriptor, set struct_size and the model's constants (H, E,
  * E_local = E, topk, router SCORED, score, scaling, limits, routed.fmt,

@@ -1279,6 +1279,19 @@ static void run_forward(const fwd_case *fc, int64_t T, uint64_t seed) {
   TU_CHECK_OK(&C, dsk_moe_run(g_ctx, &d));
   TU_CHECK(&C, memcmp(y, y2, sizeof(dsk_bf16) * (size_t)(T * H)) == 0, "%s T %lld: result depends on the workspace",
            fc->name, (long long)T);
+  /* the unfused chain (separate quantize, permute, SFA pack; on CUDA the
+   * fused decode prologue is the default up to 256 assignments) gives the
+   * same bits and counts */
+  d.flags = DSK_MOE_RUN_UNFUSED;
+  memset(y2, 0xFF, sizeof(dsk_bf16) * (size_t)(T * H));
+  int64_t cnt3[DSK_MOE_NUM_COUNTERS] = {0};
+  d.counters = cnt3;
+  TU_CHECK_OK(&C, dsk_moe_run(g_ctx, &d));
+  TU_CHECK(&C, memcmp(y, y2, sizeof(dsk_bf16) * (size_t)(T * H)) == 0, "%s T %lld: unfused run differs", fc->name,
+           (long long)T);
+  TU_CHECK(&C, memcmp(cnt, cnt3, sizeof cnt) == 0, "%s T %lld: unfused run counts differently", fc->name,
+           (long long)T);
+  d.flags = 0;
 
   /* the reference: own router (ids checked), own quantization, fp64 */
   const int32_t *use_ids = fc->ids_mode ? ids_in : ids;

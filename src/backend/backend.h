@@ -34,6 +34,28 @@ typedef struct dsk__topk_args {
   int64_t *counters; /* NULL or [0] += clamped lens */
 } dsk__topk_args;
 
+/* dsk_moe_run's fused decode prologue (steps 2-4: quantize x 1x128,
+ * permute with DSK_MOE_PERMUTE_NO_PAD_FILL, pack SFA; docs/moe.md): the
+ * bytes of those ops that the later steps read (xq and sfx only with a
+ * shared expert; the raw scale bytes are not kept). */
+typedef struct dsk__moe_prologue_args {
+  void *stream;
+  int64_t T, topk, E, E_local, expert_offset, H, A_used, M_sum;
+  const int32_t *ids;
+  int64_t ids_stride;
+  const dsk_bf16 *x;
+  int64_t x_stride;
+  uint8_t *xq;  /* [T, H] row stride H, or NULL */
+  int32_t *sfx; /* packed [ceil(H / 512)][round_up(T, 4)], or NULL */
+  uint8_t *A;
+  int64_t A_stride;
+  int32_t *sfa; /* packed [ceil(H / 512)][round_up(M_sum, 4)] */
+  int32_t *m_indices, *inv_perm;
+  int64_t inv_perm_stride;
+  int64_t *cnt_x;    /* NULL or += non-finite x values */
+  int64_t *cnt_perm; /* NULL or [0] += bad ids, [1] += dropped rows */
+} dsk__moe_prologue_args;
+
 typedef struct dsk_backend {
   const char *name;
   const char *description;
@@ -98,6 +120,11 @@ typedef struct dsk_backend {
                                 const dsk_tactic *t);
   dsk_status (*swiglu_quant)(dsk_ctx *ctx, const dsk_swiglu_quant_desc *d);
   dsk_status (*moe_gather)(dsk_ctx *ctx, const dsk_moe_gather_desc *d);
+  /* Optional (NULL = the separate ops): the fused prologue of
+   * dsk_moe_run. Sets *served = 0 without side effects for a call it does
+   * not take (too many assignments, unaligned rows); then dsk_moe_run runs
+   * the ops. */
+  dsk_status (*moe_prologue)(dsk_ctx *ctx, const dsk__moe_prologue_args *a, int *served);
   dsk_status (*dense_fp8_gemm)(dsk_ctx *ctx, const dsk_dense_gemm_desc *d, const dsk_tactic *t);
   /* Timing (src/tune/bench.c drives them): fills samples_us[0..reps). */
   dsk_status (*bench_samples)(dsk_ctx *ctx, dsk_bench_fn fn, void *user, const dsk_bench_opts *o,

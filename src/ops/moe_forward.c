@@ -377,8 +377,24 @@ dsk_status dsk_moe_run(dsk_ctx *ctx, const dsk_moe_desc *desc) {
     use_ids = ids;
     use_w = wts;
   }
+  /* 2-4 fused for decode-sized calls where the backend has the prologue
+   * (quantize, permute, pack SFA in one kernel; the same bytes) */
+  int fused = 0;
+  if (ctx->backend->moe_prologue && !(d->flags & DSK_MOE_RUN_UNFUSED)) {
+    dsk__moe_prologue_args a;
+    memset(&a, 0, sizeof a);
+    a.stream = d->stream;
+    a.T = T; a.topk = K; a.E = d->E; a.E_local = d->E_local; a.expert_offset = d->expert_offset; a.H = H;
+    a.A_used = ws.A_used; a.M_sum = Ms;
+    a.ids = use_ids; a.ids_stride = K; a.x = d->x; a.x_stride = d->x_stride;
+    a.xq = has_shared ? xq : NULL; a.sfx = has_shared ? (int32_t *)(base + ws.sfx) : NULL;
+    a.A = A; a.A_stride = H; a.sfa = sfa; a.m_indices = mind; a.inv_perm = inv; a.inv_perm_stride = K;
+    a.cnt_x = cnt(d, DSK_MOE_CNT_X_NONFINITE);
+    a.cnt_perm = cnt(d, DSK_MOE_CNT_BAD_EXPERT);
+    TRY(ctx->backend->moe_prologue(ctx, &a, &fused));
+  }
   /* 2. quantize x (raw scales for the permute, packed for the shared expert) */
-  {
+  if (!fused) {
     dsk_fp8_quantize_desc q;
     memset(&q, 0, sizeof q);
     q.struct_size = sizeof q;
@@ -404,7 +420,7 @@ dsk_status dsk_moe_run(dsk_ctx *ctx, const dsk_moe_desc *desc) {
     TRY_J(run_shared(ctx, d, &ws, ts, d->aux_stream));
   }
   /* 3. permute into the contiguous layout (worst-case M_sum for T) */
-  {
+  if (!fused) {
     dsk_moe_permute_desc p;
     memset(&p, 0, sizeof p);
     p.struct_size = sizeof p;
@@ -420,7 +436,7 @@ dsk_status dsk_moe_run(dsk_ctx *ctx, const dsk_moe_desc *desc) {
     TRY_J(dsk_moe_permute(ctx, &p));
   }
   /* 4. pack SFA (G 1, MN M_sum, sf_k H/128) */
-  {
+  if (!fused) {
     dsk_sf_pack_desc s;
     memset(&s, 0, sizeof s);
     s.struct_size = sizeof s;

@@ -262,6 +262,12 @@ template <typename T>
 inline T __shfl_xor_sync(unsigned m, T v, int o) {
   return __shfl_sync(m, v, emu::lane() ^ o);
 }
+template <typename T>
+inline T __shfl_up_sync(unsigned m, T v, unsigned o) { /* lanes below o keep their own value */
+  const int l = emu::lane();
+  const T r = __shfl_sync(m, v, l >= (int)o ? l - (int)o : l);
+  return r;
+}
 inline unsigned __ballot_sync(unsigned, int pred) {
   emu::State &s = emu::st();
   s.xch[s.cur][0] = pred != 0;
@@ -291,6 +297,11 @@ inline T __ldg(const T *p) {
 }
 inline int atomicAdd(int *p, int v) {
   const int o = *p;
+  *p = o + v;
+  return o;
+}
+inline unsigned atomicAdd(unsigned *p, unsigned v) {
+  const unsigned o = *p;
   *p = o + v;
   return o;
 }

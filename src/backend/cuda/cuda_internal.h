@@ -99,6 +99,7 @@ dsk_status dsk__cuda_sf_pack_mn_major(dsk_ctx *ctx, const dsk_sf_pack_desc *d);
 dsk_status dsk__cuda_moe_route(dsk_ctx *ctx, const dsk_moe_route_desc *d);
 dsk_status dsk__cuda_moe_permute(dsk_ctx *ctx, const dsk_moe_permute_desc *d);
 dsk_status dsk__cuda_swiglu_quant(dsk_ctx *ctx, const dsk_swiglu_quant_desc *d);
+dsk_status dsk__cuda_moe_prologue(dsk_ctx *ctx, const dsk__moe_prologue_args *a, int *served);
 dsk_status dsk__cuda_moe_gather(dsk_ctx *ctx, const dsk_moe_gather_desc *d);
 /* moe_gemm.cu: the grouped GEMM (FP8 x MXFP4, FP8 x FP8 128x128 blocks) and
  * the dense FP8 GEMM; e4m3 m16n8k32 MMAs on sm_120, f16 MMAs on sm_90 */

@@ -39,6 +39,7 @@
   .moe_route = dsk__cuda_moe_route,                       \
   .moe_permute = dsk__cuda_moe_permute,                   \
   .swiglu_quant = dsk__cuda_swiglu_quant,                 \
+  .moe_prologue = dsk__cuda_moe_prologue,                 \
   .moe_gather = dsk__cuda_moe_gather,                     \
   .moe_gemm = dsk__cuda_moe_gemm,                         \
   .moe_gemm_workspace = dsk__cuda_moe_gemm_workspace,     \

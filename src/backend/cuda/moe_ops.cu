@@ -672,6 +672,9 @@ __global__ void __launch_bounds__(kRowThreads) perm_rows_kernel(PermParams p) {
   }
 }
 
+/* ==================================================== fused prologue */
+#include "moe_prologue.cuh"
+
 /* ============================================================= gather */
 struct GatherParams {
   int64_t T, topk, N, M;
@@ -981,6 +984,55 @@ extern "C" dsk_status dsk__cuda_moe_permute(dsk_ctx *ctx, const dsk_moe_permute_
   else
     DSK_CUDA_TRY("moe_permute", moe_launch(perm_rows_kernel<false>, dim3(grid_for(items, 1)), dim3(kRowThreads), 0, st, p));
   DSK_CUDA_LAUNCHED("moe_permute");
+  return DSK_STATUS_OK;
+}
+
+/* -DDSK_MOE_FUSED_PROLOGUE=0: the slot takes no call, so dsk_moe_run always
+ * runs the separate ops (the A/B baseline of MoE v10). */
+#ifndef DSK_MOE_FUSED_PROLOGUE
+#define DSK_MOE_FUSED_PROLOGUE 1
+#endif
+
+extern "C" dsk_status dsk__cuda_moe_prologue(dsk_ctx *ctx, const dsk__moe_prologue_args *a, int *served) {
+  *served = 0;
+  if (!DSK_MOE_FUSED_PROLOGUE) return DSK_STATUS_OK;
+  const int64_t NA = a->T * a->topk;
+  /* decode-sized calls with the alignment moe_prologue_kernel's vector
+   * accesses need; anything else runs the ops */
+  if (NA < 1 || NA > kProMaxNA || a->E_local > kProMaxE || a->A_used < 1 || NA * a->A_used >= (1ll << 30) ||
+      a->M_sum < 1 || a->M_sum >= (1ll << 30) || ((uintptr_t)a->x & 7u) || a->x_stride % 4 != 0 ||
+      ((uintptr_t)a->A & 3u) || a->A_stride % 4 != 0 || ((uintptr_t)a->xq & 3u))
+    return DSK_STATUS_OK;
+  MOE_SET_DEVICE("moe_prologue");
+  cudaStream_t st = dsk__cuda_stream(ctx, a->stream);
+  ProParams p;
+  memset(&p, 0, sizeof p);
+  p.T = a->T;
+  p.topk = a->topk;
+  p.E = a->E;
+  p.EL = a->E_local;
+  p.off = a->expert_offset;
+  p.H = a->H;
+  p.A = a->A_used;
+  p.M = a->M_sum;
+  p.ids = a->ids;
+  p.ids_stride = a->ids_stride;
+  p.x = (const uint16_t *)a->x;
+  p.x_stride = a->x_stride;
+  p.xq = a->xq;
+  p.sfx = a->xq ? a->sfx : nullptr;
+  p.A_out = a->A;
+  p.A_stride = a->A_stride;
+  p.sfa = a->sfa;
+  p.m_indices = a->m_indices;
+  p.inv = a->inv_perm;
+  p.inv_stride = a->inv_perm_stride;
+  p.cnt_x = (unsigned long long *)a->cnt_x;
+  p.cnt_perm = (unsigned long long *)a->cnt_perm;
+  const int64_t mb = (a->M_sum + kProThreads - 1) / kProThreads;
+  DSK_CUDA_TRY("moe_prologue", moe_launch(moe_prologue_kernel, dim3(grid_for(NA > mb ? NA : mb, 1)),
+                                          dim3(kProThreads), kProSmem, st, p));
+  *served = 1;
   return DSK_STATUS_OK;
 }
 
