@@ -67,7 +67,8 @@ bool launch_ks(const Case &c, const GemmArgs &a, unsigned gy) {
   const size_t bytes = (size_t)Sk<NW, ST, MX, TPS>::smem((int64_t)a.KT * 128, a.grp);
   EXPECT(bytes <= sizeof smem, "%s: %zu B of shared memory > the emulation's %zu", c.name, bytes, sizeof smem);
   if (bytes > sizeof smem) return false;
-  const unsigned gx = (unsigned)((a.N + 16 * NW / c.ks - 1) / (16 * NW / c.ks));
+  const unsigned tiles = (unsigned)((a.N + 16 * NW / c.ks - 1) / (16 * NW / c.ks));
+  const unsigned gx = (tiles + (unsigned)a.tpc - 1) / (unsigned)a.tpc; /* as launch_skinny_ks */
   if (c.ks == 1) emu::launch(gx, gy, 32 * NW, smem, bytes, [&] { moe_gemm_skinny_kernel<NW, ST, MX, 1, TPS>(a); });
   else if (c.ks == 2) emu::launch(gx, gy, 32 * NW, smem, bytes, [&] { moe_gemm_skinny_kernel<NW, ST, MX, 2, TPS>(a); });
   else if (c.ks == 4) emu::launch(gx, gy, 32 * NW, smem, bytes, [&] { moe_gemm_skinny_kernel<NW, ST, MX, 4, TPS>(a); });
@@ -85,7 +86,7 @@ bool launch_cfg(const Case &c, const GemmArgs &a, unsigned gy) {
 }
 
 /* tps: MXFP4 K tiles per ring stage (1 or 2; FP8 1); grp: rows staged per pass */
-bool run_case(dsk_ctx *cpu, const Case &c, int tps, int grp, uint64_t seed) {
+bool run_case(dsk_ctx *cpu, const Case &c, int tps, int grp, int tpc, uint64_t seed) {
   Rng r{seed | 1};
   const bool dense = c.dense_bm > 0;
   /* dense: M = the length of live[0]'s run of low set bits (plus 64 per further block) */
@@ -168,6 +169,7 @@ bool run_case(dsk_ctx *cpu, const Case &c, int tps, int grp, uint64_t seed) {
     a.counters = nullptr;
   }
   a.grp = grp;
+  a.tpc = tpc; /* column tiles per CTA (split 1 only, as the launcher) */
   const bool launched = !c.mx ? launch_cfg<false, 1>(c, a, (unsigned)a.mblocks)
                         : tps == 2 ? launch_cfg<true, 2>(c, a, (unsigned)a.mblocks)
                                    : launch_cfg<true, 1>(c, a, (unsigned)a.mblocks);
@@ -250,8 +252,9 @@ bool run_case(dsk_ctx *cpu, const Case &c, int tps, int grp, uint64_t seed) {
   EXPECT(worst <= 1.0, "%s: an output differs from the reference by %.2f x its bound (2^-7 relative)", c.name, worst);
   EXPECT(diff <= 1e-5, "%s: diff %.3e vs cpu-ref > 1e-5", c.name, diff);
   EXPECT(cnt_x == cnt_r, "%s: counter %lld, reference %lld", c.name, (long long)cnt_x, (long long)cnt_r);
-  printf("%-50s %d tile%s/stage, %d rows/pass %5d outputs, diff %.2e, worst %.2f of bound, counter %lld: %s\n",
-         c.name, tps, tps > 1 ? "s" : " ", grp, (int)n, diff, worst, (long long)cnt_x, emu_test::fails() == fails0 ? "ok" : "FAIL");
+  printf("%-50s %d tile%s/stage, %d rows/pass, %d col tiles/CTA %5d outputs, diff %.2e, worst %.2f of bound, counter %lld: %s\n",
+         c.name, tps, tps > 1 ? "s" : " ", grp, tpc, (int)n, diff, worst, (long long)cnt_x,
+         emu_test::fails() == fails0 ? "ok" : "FAIL");
   fflush(stdout);
   return emu_test::fails() == fails0;
 }
@@ -270,6 +273,8 @@ int main() {
       {"MX 8 warps ring 3: K 640", 8, 3, true, 1, 0, 128, 640, 2, 2, {1, 0}, {L9, L1 | (1ull << 33)}},
       {"MX 8 warps ring 2: K 256 (2 K tiles)", 8, 2, true, 1, 0, 256, 256, 1, 2, {0, 0}, {L1, L9}},
       {"MX 4 warps ring 2: K 128 (1 K tile)", 4, 2, true, 1, 0, 128, 128, 2, 2, {1, 0}, {L9, L1}},
+      {"MX 4 warps ring 4: N 640 (10 column tiles)", 4, 4, true, 1, 0, 640, 384, 2, 2, {1, 0}, {L9, L1}},
+      {"FP8 4 warps ring 2: N 640 (10 column tiles)", 4, 2, false, 1, 0, 640, 256, 2, 2, {0, 1}, {L1, L9}},
       {"MX 8 warps split 2: K 640 (2 + 1 stages)", 8, 4, true, 2, 0, 256, 640, 2, 2, {1, 0}, {L9, L1}},
       {"MX 8 warps split 4 ring 2: K 896", 8, 2, true, 4, 0, 128, 896, 2, 2, {0, 1}, {L1, L9 | (1ull << 62)}},
       {"MX 4 warps split 4: K 512 (1 stage each)", 4, 4, true, 4, 0, 256, 512, 2, 2, {1, -1}, {L9, 0}},
@@ -285,10 +290,12 @@ int main() {
   int ok = 0, n = 0;
   for (const Case &c : cases)
     for (int tps = 1; tps <= (c.mx ? 2 : 1); tps++)
-      for (int grp : {8, 1 << (n % 3)}) { /* 8, then 1, 2 or 4 in turn */
-        ok += run_case(cpu, c, tps, grp, 0x5eed0000u + (uint64_t)n) ? 1 : 0;
-        n++;
-      }
+      for (int grp : {8, 1 << (n % 3)}) /* 8, then 1, 2 or 4 in turn */
+        for (int tpc : {1, 2 + n % 3}) { /* several column tiles per CTA (one ring through them): 2, 3 or 4 */
+          if (tpc > 1 && c.ks > 1) continue;
+          ok += run_case(cpu, c, tps, grp, tpc, 0x5eed0000u + (uint64_t)n) ? 1 : 0;
+          n++;
+        }
   dsk_ctx_destroy(cpu);
   printf("emu_moe_skinny: %d of %d cases passed\n", ok, n);
   return emu_test::fails() ? 1 : 0;

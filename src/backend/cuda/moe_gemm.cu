@@ -643,14 +643,25 @@ dsk_status launch_tiled(const dsk_ctx *ctx, const GemmArgs &a, cudaStream_t s, c
 
 #include "moe_gemm_skinny.cuh"
 
+/* DSK_MOE_SK_TPC (compile-time): column tiles per CTA of the skinny kernel
+ * without split-K, forced (an A/B switch: 1 = one tile per CTA, the v10
+ * kernel); 0 (default) = sk_tpc's choice. */
+#ifndef DSK_MOE_SK_TPC
+#define DSK_MOE_SK_TPC 0
+#endif
+
 template <int NW, int ST, bool MX, int TPS, int KS>
-dsk_status launch_skinny_ks(const GemmArgs &a, cudaStream_t s, const char *what) {
+dsk_status launch_skinny_ks(const GemmArgs &a0, cudaStream_t s, const char *what) {
   using S = Sk<NW, ST, MX, TPS>;
+  GemmArgs a = a0;
   const int64_t smem = S::smem((int64_t)a.KT * 128, a.grp);
   DSK_CUDA_TRY(what, cudaFuncSetAttribute(moe_gemm_skinny_kernel<NW, ST, MX, KS, TPS>,
                                           cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
   const int64_t gy = a.mblocks < 65535 ? a.mblocks : 65535, gz = (a.mblocks + 65534) / 65535;
-  const dim3 grid(dsk__ceil_div_u(a.N, 16 * NW / KS), (unsigned)gy, (unsigned)gz);
+  const int64_t tiles = (a.N + 16 * NW / KS - 1) / (16 * NW / KS);
+  if (KS > 1 || a.tpc < 1) a.tpc = 1;
+  if (a.tpc > tiles) a.tpc = (int)tiles;
+  const dim3 grid((unsigned)((tiles + a.tpc - 1) / a.tpc), (unsigned)gy, (unsigned)gz);
   DSK_CUDA_TRY(what, moe_launch(moe_gemm_skinny_kernel<NW, ST, MX, KS, TPS>, grid,
                                      dim3(S::THREADS), (size_t)smem, s, a));
   return DSK_STATUS_OK;
@@ -664,9 +675,9 @@ dsk_status launch_skinny_st(const GemmArgs &a, cudaStream_t s, const char *what)
 }
 
 /* The skinny kernel's configuration for a call: ring depth (0: the call
- * stays on the tiled kernel) and K tiles per stage. */
+ * stays on the tiled kernel), K tiles per stage, and CTAs per SM. */
 struct SkPick {
-  int ring, tps;
+  int ring, tps, ctas;
 };
 
 /* CTAs of NW warps per SM for a ring of ST stages: the fewer of what
@@ -698,7 +709,7 @@ SkPick skinny_fit(const dsk_ctx *ctx, int64_t K, int grp, int *ctas) {
   if (c3 > best) ring = 3, best = c3;
   if (c2 > best) ring = 2, best = c2;
   *ctas = best;
-  return SkPick{ring, TPS};
+  return SkPick{ring, TPS, best};
 }
 
 /* MXFP4 takes two K tiles per stage where that fits and keeps as many CTAs
@@ -758,7 +769,7 @@ SkPick skinny_pick_grp(const dsk_ctx *ctx, int64_t K, int grp) {
 }
 SkPick skinny_pick(const dsk_ctx *ctx, bool grouped, bool mx, int bm, int bn, int split, int64_t rows, int64_t K,
                    int grp) {
-  const SkPick none{0, 1};
+  const SkPick none{0, 1, 0};
   if (!DSK_MOE_SKINNY || (bn != 64 && bn != 128)) return none;
   static_assert(kSkDenseMaxRows <= 64, "the kernel lists at most 64 live rows per block");
   if (grouped ? bm != 64 : rows > kSkDenseMaxRows) return none;
@@ -768,6 +779,30 @@ SkPick skinny_pick(const dsk_ctx *ctx, bool grouped, bool mx, int bm, int bn, in
 }
 SkPick skinny_pick(const dsk_ctx *ctx, const GemmArgs &a, bool mx, int bm, int bn) {
   return skinny_pick(ctx, a.m_indices != nullptr, mx, bm, bn, a.ksplit, a.M, (int64_t)a.KT * 128, a.grp);
+}
+
+/* Column tiles per CTA of a grouped skinny call (MoE v11): one CTA streams
+ * the weights of 2 consecutive column tiles of its expert through one ring
+ * (A staged once, the per-CTA start paid once for both) where the call has
+ * enough CTAs that halving them keeps at least 2 waves: MXFP4 weights,
+ * split 1, and an upper bound of the live m-blocks (at most expected_m / 64
+ * + min(expected_m, E_local); all of them without the hint) times the
+ * column tiles at least 4 waves of the resident CTAs. Measured on the H200
+ * (docs/benchmarks.md, MoE v11): DSv4-Flash T 16 FC1 0.98x, FC2 0.96x,
+ * DSv4-Pro T 16 FC2 0.96x, FC1 1.00x; with fewer CTAs than resident slots
+ * (DSv4-Pro, GLM-5.1 at T 1) 1.2-1.4x slower, and GLM-5.1's FP8 stream
+ * (95 % of copy bandwidth) 1.02-1.05x slower at T 16: those keep 1. */
+int sk_tpc(const dsk_ctx *ctx, const dsk_moe_gemm_desc *d, bool mx, int bn, const GemmArgs &a, SkPick pk) {
+  if (DSK_MOE_SK_TPC > 0) return DSK_MOE_SK_TPC;
+  if (!mx || a.ksplit != 1 || pk.ctas < 1) return 1;
+  int64_t live = a.mblocks;
+  if (d->expected_m > 0) {
+    const int64_t ub = d->expected_m / 64 + (d->expected_m < d->E_local ? d->expected_m : d->E_local);
+    if (ub < live) live = ub;
+  }
+  const int64_t tiles = (a.N + bn - 1) / bn;
+  const int64_t slots = (int64_t)pk.ctas * (ctx->info.sm_count > 0 ? ctx->info.sm_count : 1);
+  return live * tiles >= 4 * slots ? 2 : 1;
 }
 
 template <bool MX, bool F16>
@@ -845,7 +880,10 @@ extern "C" dsk_status dsk__cuda_moe_gemm(dsk_ctx *ctx, const dsk_moe_gemm_desc *
   split_setup(&a, t, d->workspace);
   if (!aligned16(d->A) || (d->A_stride & 15) != 0 || !aligned16(d->B)) return launch_simple(a, s, mx, what);
   const SkPick pk = skinny_pick(ctx, a, mx, bm, bn);
-  if (pk.ring) return launch_skinny(a, s, mx, bn, pk, what);
+  if (pk.ring) {
+    a.tpc = sk_tpc(ctx, d, mx, bn, a, pk);
+    return launch_skinny(a, s, mx, bn, pk, what);
+  }
   return mx ? launch_path<true>(ctx, a, s, bm, bn, what) : launch_path<false>(ctx, a, s, bm, bn, what);
 }
 
@@ -889,6 +927,7 @@ extern "C" dsk_status dsk__cuda_dense_fp8_gemm(dsk_ctx *ctx, const dsk_dense_gem
   a.d_pair = ((uintptr_t)d->D & 3u) == 0 && (d->D_stride & 1) == 0;
   a.counters = nullptr;
   a.grp = sk_group(d->M);
+  a.tpc = 1;
   split_setup(&a, t, d->workspace);
   if (!aligned16(d->A) || (d->A_stride & 15) != 0 || !aligned16(d->B)) return launch_simple(a, s, 0, what);
   const SkPick pk = skinny_pick(ctx, a, false, bm, bn);

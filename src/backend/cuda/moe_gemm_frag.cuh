@@ -94,6 +94,7 @@ struct GemmArgs {
   int d_pair;                /* 4-byte stores of two bf16 allowed */
   unsigned long long *counters;
   int grp;                   /* skinny kernel: live rows staged per pass, 1, 2, 4 or 8 (sk_group) */
+  int tpc;                   /* skinny kernel: column tiles per CTA, >= 1 (1 with split-K; the launcher sets it) */
 };
 
 /* DSK_MOE_SK_GROUP (compile-time; default 1): the skinny kernel stages
@@ -143,5 +144,6 @@ inline GemmArgs grouped_args(const dsk_moe_gemm_desc *d, int bm) {
   a.d_pair = ((uintptr_t)d->D & 3u) == 0 && (d->D_stride & 1) == 0;
   a.counters = (unsigned long long *)d->counters;
   a.grp = sk_group(d->max_expert_rows);
+  a.tpc = 1;
   return a;
 }

@@ -162,15 +162,25 @@ __global__ void __launch_bounds__(32 * NW, kSkWarpsPerSm / NW) moe_gemm_skinny_k
   __syncthreads();
   const int nlive = *s_cnt;
 
-  const int64_t nw0 = (int64_t)blockIdx.x * (16 * RG) + 16 * rg; /* first weight row of the warp */
-  const bool wact = nw0 < p.N; /* N is a multiple of 128: a warp's 16 rows are all in or all out */
+  /* column tiles x0 .. x0 + ntile - 1 of 16 RG columns (tpc per CTA; 1
+   * with split-K): the warp's weight rows of tile j start at nw0 + 16 RG j */
+  const int64_t tile_cols = 16 * RG;
+  const int64_t x0 = (int64_t)blockIdx.x * p.tpc;
+  const int64_t tiles_n = (p.N + tile_cols - 1) / tile_cols;
+  const int ntile = (int)(tiles_n - x0 < p.tpc ? tiles_n - x0 : p.tpc); /* >= 1: the grid covers the tiles */
+  const int64_t nw0 = x0 * tile_cols + 16 * rg; /* first weight row of the warp in tile 0 */
+  /* N is a multiple of 128: a warp's 16 rows are all in or all out (tile j: wact_of(j)) */
+  auto wact_of = [&](int j) { return nw0 + tile_cols * j < p.N; };
+  const bool wact = wact_of(0);
   const uint8_t *wsrc = p.B + e * p.B_group + (wact ? nw0 : 0) * p.B_row;
   const int32_t *ssrc = p.sfb + e * p.sfb_group + (wact ? nw0 : 0);
+  const int64_t wstep = tile_cols * p.B_row; /* weight bytes from one tile's rows to the next's */
   uint8_t *ring = s_ring + warp * ST * 16 * PITCH; /* the warp's ST slots of 16 rows */
   uint32_t *rs = s_rs + warp * ST * 16 * S::TPS;
   constexpr int TPS = S::TPS;
   const int NSTG = (KT + TPS - 1) / TPS;     /* ring stages of the whole K */
-  const int nkt = (NSTG - ks + KS - 1) / KS; /* this slice's stages: ks, ks + KS, ... */
+  const int nkt = (NSTG - ks + KS - 1) / KS; /* this slice's stages of one tile: ks, ks + KS, ... */
+  const int nall = nkt * ntile;              /* ... of all the CTA's tiles, tile-major (one ring) */
   /* issue(i): the warp's copies of its i-th ring stage, j = ks + KS i (K
    * tiles TPS j .. TPS j + TPS - 1), into slot i % ST. The stage's 16 rows
    * of ROWB bytes are CPR 16-byte chunks each; copy c of lane l takes chunk
@@ -191,17 +201,21 @@ __global__ void __launch_bounds__(32 * NW, kSkWarpsPerSm / NW) moe_gemm_skinny_k
   uint8_t *const ldst = ring + (lane / CPR) * PITCH + 16 * piece;
   const uint8_t *const lsrc = wsrc + (lane / CPR) * p.B_row + 16 * piece;
   const int64_t csrc = (int64_t)RPI * p.B_row; /* source step of copy c */
-  auto issue = [&](int i) {
-    if (!wact) return;
-    const int j = ks + KS * i, slot = i % ST;
+  /* issue(gi): ring stage gi of the CTA's sequence = stage i of tile t
+   * (gi = t * nkt + i; the caller passes t and i) */
+  auto issue = [&](int gi, int t, int i) {
+    if (!wact_of(t)) return;
+    const int j = ks + KS * i, slot = gi % ST;
     uint8_t *dst = ldst + slot * 16 * PITCH;
-    const uint8_t *src = lsrc + (int64_t)j * S::ROWB;
+    const uint8_t *src = lsrc + (int64_t)t * wstep + (int64_t)j * S::ROWB;
     const bool hv = TPS == 1 || TPS * j + piece / 4 < KT;
 #pragma unroll
     for (int c = 0; c < CPL; c++) dsk_ptx::cp_async16(dst + c * RPI * PITCH, hv ? src + c * csrc : wsrc, hv);
     const int tt = lane >> 4, kt = TPS * j + tt;
     const int64_t wi = MX ? kt : kt >> 2;
-    if (tt < TPS) dsk_ptx::cp_async4(rs + (slot * TPS + tt) * 16 + (lane & 15), ssrc + wi * p.sfb_T4 + (lane & 15), kt < KT);
+    if (tt < TPS)
+      dsk_ptx::cp_async4(rs + (slot * TPS + tt) * 16 + (lane & 15), ssrc + t * tile_cols + wi * p.sfb_T4 + (lane & 15),
+                         kt < KT);
   };
 
   for (int gb = 0; gb < nlive; gb += grp) {
@@ -235,9 +249,12 @@ __global__ void __launch_bounds__(32 * NW, kSkWarpsPerSm / NW) moe_gemm_skinny_k
       s_sa[kt * 8 + gr] = v;
     }
     dsk_ptx::cp_async_commit(); /* the e4m3 A chunks (f16: an empty group) */
+    /* the ring's first ST - 1 stages (tile, stage) in sequence order */
+    int ii = 0, it = 0; /* (tile, stage) of the next stage to issue; split-K: one tile, ii unused */
 #pragma unroll
     for (int st = 0; st < ST - 1; st++) {
-      if (st < nkt) issue(st);
+      if (st < nall) issue(st, KS == 1 ? it : 0, KS == 1 ? ii : st);
+      if (KS == 1 && ++ii == nkt) ii = 0, it++;
       dsk_ptx::cp_async_commit();
     }
     if (a16) {
@@ -277,16 +294,34 @@ __global__ void __launch_bounds__(32 * NW, kSkWarpsPerSm / NW) moe_gemm_skinny_k
       acc[3] = fmaf(d[3], sb1 * sa.y, acc[3]);
     };
     /* the K loop, compiled once per staging form (A16: f16 B operands) */
+    /* d rows = weight rows g, g + 8 (columns of D), d columns 2q, 2q + 1 =
+     * group rows: tile t's outputs, written after its last stage */
+    auto store = [&](int t) {
+      if (!wact_of(t) || ks != 0) return;
+      const int64_t c0 = nw0 + tile_cols * t;
+#pragma unroll
+      for (int h = 0; h < 2; h++) {
+        const int j = 2 * q + h;
+        if (j >= cnt) continue;
+        uint16_t *drow = p.D + (m0 + s_rows[gb + j]) * p.D_stride;
+        drow[c0 + g] = (uint16_t)f32_to_bf16(acc[h]);
+        drow[c0 + g + 8] = (uint16_t)f32_to_bf16(acc[2 + h]);
+      }
+    };
     auto kloop = [&](auto a16c) {
       constexpr bool A16 = decltype(a16c)::value;
-      for (int i = 0; i < nkt; i++) {
+      int t = 0, i = 0; /* the stage computed: stage i of tile t (gi = t * nkt + i) */
+      for (int gi = 0; gi < nall; gi++) {
         __syncwarp(); /* every lane finished reading the slot the refill overwrites */
-        if (i + ST - 1 < nkt) issue(i + ST - 1);
+        if (gi + ST - 1 < nall) issue(gi + ST - 1, KS == 1 ? it : 0, KS == 1 ? ii : gi + ST - 1);
+        if (KS == 1 && ++ii == nkt) ii = 0, it++;
         dsk_ptx::cp_async_commit();
-        dsk_ptx::cp_async_wait<ST - 1>(); /* this lane's copies of stage i landed */
+        dsk_ptx::cp_async_wait<ST - 1>(); /* this lane's copies of stage gi landed */
         __syncwarp();                     /* ... and every lane's */
-        if (!wact) continue;
-        const int j = ks + KS * i, slot = i % ST;
+        const int tc = KS == 1 ? t : 0, ic = KS == 1 ? i : gi;
+        if (KS == 1 && ++i == nkt) i = 0, t++;
+        if (!wact_of(tc)) continue;
+        const int j = ks + KS * ic, slot = gi % ST;
 #pragma unroll
         for (int tt = 0; tt < TPS; tt++) {
         const int kt = TPS * j + tt;
@@ -346,6 +381,10 @@ __global__ void __launch_bounds__(32 * NW, kSkWarpsPerSm / NW) moe_gemm_skinny_k
           fold(dt, ue8m0_exact((sw0 >> sh) & 0xFFu), ue8m0_exact((sw1 >> sh) & 0xFFu), sa);
         }
         }
+        if (KS == 1 && ic == nkt - 1) { /* tile tc done (split-K: one tile, stored after the slices meet) */
+          store(tc);
+          acc[0] = acc[1] = acc[2] = acc[3] = 0.f;
+        }
       }
     };
     if constexpr (MX && DSK_MOE_SK_A16) {
@@ -372,17 +411,7 @@ __global__ void __launch_bounds__(32 * NW, kSkWarpsPerSm / NW) moe_gemm_skinny_k
         }
       }
     }
-    /* d rows = weight rows g, g + 8 (columns of D), d columns 2q, 2q + 1 = group rows */
-    if (wact && ks == 0) {
-#pragma unroll
-      for (int h = 0; h < 2; h++) {
-        const int j = 2 * q + h;
-        if (j >= cnt) continue;
-        uint16_t *drow = p.D + (m0 + s_rows[gb + j]) * p.D_stride;
-        drow[nw0 + g] = (uint16_t)f32_to_bf16(acc[h]);
-        drow[nw0 + g + 8] = (uint16_t)f32_to_bf16(acc[2 + h]);
-      }
-    }
+    if (KS > 1) store(0); /* (KS 1: each tile after its last stage, in the K loop) */
     __syncthreads(); /* the group's A, rings and partials are free for the next group */
   }
 }
