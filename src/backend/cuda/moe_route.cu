@@ -61,6 +61,12 @@ struct RouteCfg {
   static constexpr int threads = TB == 1 ? 1024 : 512;
   static constexpr int warps = threads / 32;
 };
+/* DSK_MOE_ROUTE_V12 (compile-time; default 1): the selection kernel's bias
+ * load beside the logits' and its rank count on the keys' high words with an
+ * exact recount where they tie (MoE v12); 0 = the v7 kernel (A/B). */
+#ifndef DSK_MOE_ROUTE_V12
+#define DSK_MOE_ROUTE_V12 1
+#endif
 constexpr int kRouteBatch = 4; /* 16-byte gate-weight loads issued per lane before they are used */
 constexpr int kRouteChunk = 1024; /* columns of x staged per round */
 constexpr int kRouteSmem = 49152; /* shared-memory budget of one block */
@@ -292,6 +298,11 @@ __global__ void __launch_bounds__(RouteCfg<TB>::threads, 1) route_kernel(RoutePa
    * after this; otherwise a no-op */
   dsk_ptx::pdl_wait();
 
+  /* this thread's bias value (expert tid), loaded now so that its round
+   * trip overlaps the logits' (before, the bias was loaded after the
+   * logits' barrier: two dependent DRAM trips) */
+  const float bias_pre = (DSK_MOE_ROUTE_V12 && p.bias && tid < E) ? p.bias[tid] : 0.0f;
+
   /* ---- 1. logits */
   if (p.logits || p.zws) { /* the given fp32 logits, or route_logits_kernel's fp64 ones */
     for (int i = tid; i < nt * E; i += kRouteThreads) {
@@ -389,7 +400,8 @@ __global__ void __launch_bounds__(RouteCfg<TB>::threads, 1) route_kernel(RoutePa
 
   /* ---- 2. scores by all threads (the bias staged once), non-finite
    * logits flagged per token */
-  for (int e = tid; e < E; e += kRouteThreads) bias_s[e] = p.bias ? p.bias[e] : 0.0f;
+  for (int e = tid; e < E; e += kRouteThreads)
+    bias_s[e] = (DSK_MOE_ROUTE_V12 && e == tid) ? bias_pre : (p.bias ? p.bias[e] : 0.0f);
   for (int i = tid; i < nt * E; i += kRouteThreads) {
     const double zz = z[i];
     if (!isfinite(zz)) nonfin_s[i / E] = 1;
@@ -415,11 +427,31 @@ __global__ void __launch_bounds__(RouteCfg<TB>::threads, 1) route_kernel(RoutePa
       const bool live = e < E;
       const unsigned long long key = key_s[live ? e : 0];
       int cnt = 0;
-      if (live)
-        for (int o = j; o < E; o += 4) {
-          const unsigned long long ko = key_s[o];
-          cnt += (ko > key) | ((ko == key) & (o < e));
-        }
+      bool exact = !DSK_MOE_ROUTE_V12;
+      if (DSK_MOE_ROUTE_V12) {
+        /* the high 32 bits of the keys decide every pair whose high words
+         * differ (one 32-bit load and compare per pair instead of two
+         * 64-bit compares); a warp with a pair of equal high words (other
+         * than an expert with itself) recounts exactly below */
+        const uint32_t *hi_s = reinterpret_cast<const uint32_t *>(key_s) + 1; /* little-endian: word 2 o + 1 */
+        const uint32_t kh = (uint32_t)(key >> 32);
+        bool amb = false;
+        if (live)
+          for (int o = j; o < E; o += 4) {
+            const uint32_t ho = hi_s[2 * o];
+            cnt += ho > kh;
+            amb |= (ho == kh) & (o != e);
+          }
+        exact = __any_sync(kFull, amb);
+      }
+      if (exact) {
+        cnt = 0;
+        if (live)
+          for (int o = j; o < E; o += 4) {
+            const unsigned long long ko = key_s[o];
+            cnt += (ko > key) | ((ko == key) & (o < e));
+          }
+      }
       cnt += __shfl_xor_sync(kFull, cnt, 1);
       cnt += __shfl_xor_sync(kFull, cnt, 2);
       if (live && j == 0 && cnt < K) seli_s[cnt] = e;
