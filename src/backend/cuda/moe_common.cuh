@@ -27,6 +27,29 @@ __device__ __forceinline__ float warp_max_nonneg(float v) {
 
 __device__ __forceinline__ bool f32_nonfinite(float v) { return (__float_as_uint(v) & 0x7FFFFFFFu) >= 0x7F800000u; }
 
+/* The 1x128 rule for a group held by a warp, 4 values per lane (any
+ * mapping of the 128 columns to lanes: the amax is order-free): non-finite
+ * values are counted in bad, excluded from the amax and coded 0x7F; returns
+ * the group's scale byte and the lane's codes. Needs format/mxfp4.h. */
+__device__ __forceinline__ uint8_t q128_warp_codes(const float (&v)[4], uint8_t (&q)[4], int &bad) {
+  float amax = 0.0f;
+#pragma unroll
+  for (int c = 0; c < 4; c++) {
+    if (f32_nonfinite(v[c])) {
+      bad++;
+      continue;
+    }
+    const float m = fabsf(v[c]);
+    amax = m > amax ? m : amax;
+  }
+  amax = warp_max_nonneg(amax);
+  const uint8_t e = dsk_fmt_fp8_scale_byte(amax);
+  const float s = dsk_fmt_pow2_from_byte(e);
+#pragma unroll
+  for (int c = 0; c < 4; c++) q[c] = f32_nonfinite(v[c]) ? (uint8_t)DSK_FMT_E4M3_NAN : dsk_fmt_e4m3_from_f32(v[c] / s);
+  return e;
+}
+
 __device__ __forceinline__ void count_add(unsigned long long *c, long long v) {
   if (c && v) atomicAdd(c, (unsigned long long)v);
 }

@@ -157,22 +157,10 @@ __device__ __forceinline__ uint8_t quant128_group(const Q128Params &p, int64_t r
         v[c] = (float)(gv / (1.0 + exp(-gv)) * uv);
       }
     }
-    float amax = 0.0f;
+    uint8_t q[4];
+    e = q128_warp_codes(v, q, bad);
 #pragma unroll
-    for (int c = 0; c < 4; c++) {
-      if (f32_nonfinite(v[c])) {
-        bad++;
-        continue;
-      }
-      const float m = fabsf(v[c]);
-      amax = m > amax ? m : amax;
-    }
-    amax = warp_max_nonneg(amax);
-    e = dsk_fmt_fp8_scale_byte(amax);
-    const float s = dsk_fmt_pow2_from_byte(e);
-#pragma unroll
-    for (int c = 0; c < 4; c++)
-      qg[lane + 32 * c] = f32_nonfinite(v[c]) ? (uint8_t)DSK_FMT_E4M3_NAN : dsk_fmt_e4m3_from_f32(v[c] / s);
+    for (int c = 0; c < 4; c++) qg[lane + 32 * c] = q[c];
   }
   return e;
 }

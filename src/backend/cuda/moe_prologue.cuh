@@ -70,31 +70,11 @@ __device__ __forceinline__ int pro_seg_of_row(const int *s_start, int EL, int64_
  * 4 lane + 3 (v: their bf16 as two words). Returns the group's scale byte
  * and the lane's four codes (little-endian in *codes); bad += non-finite. */
 __device__ __forceinline__ uint8_t pro_quant_group(uint2 v, uint32_t *codes, int &bad) {
-  float f[4];
-  f[0] = __uint_as_float(v.x << 16);
-  f[1] = __uint_as_float(v.x & 0xFFFF0000u);
-  f[2] = __uint_as_float(v.y << 16);
-  f[3] = __uint_as_float(v.y & 0xFFFF0000u);
-  float amax = 0.0f;
-#pragma unroll
-  for (int c = 0; c < 4; c++) {
-    if (f32_nonfinite(f[c])) {
-      bad++;
-      continue;
-    }
-    const float m = fabsf(f[c]);
-    amax = m > amax ? m : amax;
-  }
-  amax = warp_max_nonneg(amax);
-  const uint8_t e = dsk_fmt_fp8_scale_byte(amax);
-  const float s = dsk_fmt_pow2_from_byte(e);
-  uint32_t w = 0;
-#pragma unroll
-  for (int c = 0; c < 4; c++) {
-    const uint8_t q = f32_nonfinite(f[c]) ? (uint8_t)DSK_FMT_E4M3_NAN : dsk_fmt_e4m3_from_f32(f[c] / s);
-    w |= (uint32_t)q << (8 * c);
-  }
-  *codes = w;
+  const float f[4] = {__uint_as_float(v.x << 16), __uint_as_float(v.x & 0xFFFF0000u), __uint_as_float(v.y << 16),
+                      __uint_as_float(v.y & 0xFFFF0000u)};
+  uint8_t q[4];
+  const uint8_t e = q128_warp_codes(f, q, bad);
+  *codes = (uint32_t)q[0] | ((uint32_t)q[1] << 8) | ((uint32_t)q[2] << 16) | ((uint32_t)q[3] << 24);
   return e;
 }
 
