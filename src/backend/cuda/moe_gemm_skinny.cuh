@@ -15,7 +15,10 @@
  * CTA = NW = BLOCK_N / 16 warps in KS = split-K slices of RG = NW / KS row
  * groups: warp w serves the 16 output columns of row group w % RG and the K
  * tiles kt = w / RG (mod KS), so the CTA covers 16 RG columns of one m-block
- * with NW warps (grid: x = column tiles, y/z = m-blocks). Split-K here needs
+ * with NW warps (grid: x = groups of tpc column tiles, y/z = m-blocks; with
+ * tpc > 1, MoE v11, the CTA's ring runs through the tpc tiles' stages in
+ * turn, tile-major, and each tile's outputs are written after its last
+ * stage; split-K keeps tpc 1). Split-K here needs
  * no workspace: the slices' sums meet in shared memory at the end of a
  * group and are added in ascending slice order. Per group of up to 8 live
  * rows (grouped: rows whose own m_indices entry is >= 0; dense: rows < M; in
