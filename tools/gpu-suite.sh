@@ -2,7 +2,7 @@
 # GPU suite: build with CUDA, then the backend-vs-reference harness on the
 # GPU (both backend tables), compute-sanitizer, the demo, the benchmarks
 # and the warmup timing. Logs go to $OUT (or /tmp/dsk-gpu). Usage:
-#   tools/gpu-suite.sh [build|check|sanitize|demo|bench|tune|all|ab-regcvt|ab-skinny]...
+#   tools/gpu-suite.sh [build|check|sanitize|demo|bench|tune|all|ab-regcvt|ab-skinny|ab-moe|check-moe|ncu-prefill]...
 set -uo pipefail
 OUT=${OUT:-/tmp/dsk-gpu}
 mkdir -p "$OUT"
@@ -60,6 +60,21 @@ for what in "${@:-all}"; do
       # the skinny MoE GEMM's warp slices meet in shared memory
       run racecheck_moe compute-sanitizer --tool racecheck --error-exitcode 9 "$B/dsk" check --device cuda:0 --quick \
         --only moe ;;&
+    check-moe)
+      # not part of `all` (which covers it): the MoE checks alone, for MoE changes
+      run ctest_moe env DSK_TEST_DEVICE=cuda:0 ctest --test-dir "$B" --output-on-failure -R 'test_moe|emu_moe'
+      run check_moe_sm90 "$B/dsk" check --device cuda:0 --only moe --quick
+      run check_moe_sm120 env DSK_TEST_AS_SM120=1 "$B/dsk" check --device cuda:0 --only moe --quick
+      run memcheck_moe compute-sanitizer --tool memcheck --error-exitcode 9 "$B/dsk" check --device cuda:0 --quick \
+        --only moe
+      run racecheck_moe compute-sanitizer --tool racecheck --error-exitcode 9 "$B/dsk" check --device cuda:0 --quick \
+        --only moe ;;&
+    ncu-prefill)
+      # not part of `all`: Nsight Compute (full set) of the routed FC1 GEMM
+      # of DSv4-Flash at T 4096 (the tiled kernel), clocks left alone
+      run ncu_prefill_fc1 env DSK_AUTOTUNE=0 DSK_AUTOTUNE_CACHE=off ncu --clock-control none --set full \
+        -k regex:moe_gemm_kernel -c 1 "$B/dsk" bench moe --device cuda:0 --model dsv4-flash --t 4096 --op fc1 \
+        --reps 1 ;;&
     demo|all)
       run demo "$B/dsk" demo --device cuda:0 ;;&
     bench|all)
@@ -80,6 +95,23 @@ for what in "${@:-all}"; do
         for i in 1 2; do
           run bench_moe_base_$i env DSK_AUTOTUNE=0 DSK_AUTOTUNE_CACHE=off "$B-sk0/dsk" bench moe --device cuda:0 --max-t 128
           run bench_moe_skinny_$i env DSK_AUTOTUNE=0 DSK_AUTOTUNE_CACHE=off "$B/dsk" bench moe --device cuda:0 --max-t 128
+        done ;;&
+    ab-moe)
+      # not part of `all`: a variant build "$B-ab" with DSK_AB_FLAGS (given
+      # to both the C and the CUDA compiler, e.g. "-DDSK_MOE_FORK_EARLY=0")
+      # against the default build "$B": the variant's quick MoE harness on
+      # both tables, then `dsk bench moe $DSK_AB_BENCH` of the two builds
+      # alternated, two rounds (docs/benchmarks.md takes the lower median)
+      run cmake_ab cmake -S . -B "$B-ab" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES="$ARCHS" \
+        -DCMAKE_CUDA_FLAGS="${DSK_AB_FLAGS:?set DSK_AB_FLAGS}" -DCMAKE_C_FLAGS="$DSK_AB_FLAGS" ${DSK_CMAKE_FLAGS:-} &&
+        run build_ab cmake --build "$B-ab" -j "$(nproc)" --target dsk_cli &&
+        run check_ab_moe "$B-ab/dsk" check --device cuda:0 --only moe --quick &&
+        run check_ab_moe_sm120 env DSK_TEST_AS_SM120=1 "$B-ab/dsk" check --device cuda:0 --only moe --quick &&
+        for i in 1 2; do
+          # shellcheck disable=SC2086
+          run bench_moe_default_$i env DSK_AUTOTUNE=0 DSK_AUTOTUNE_CACHE=off "$B/dsk" bench moe --device cuda:0 ${DSK_AB_BENCH:-}
+          # shellcheck disable=SC2086
+          run bench_moe_ab_$i env DSK_AUTOTUNE=0 DSK_AUTOTUNE_CACHE=off "$B-ab/dsk" bench moe --device cuda:0 ${DSK_AB_BENCH:-}
         done ;;&
     ab-regcvt)
       # not part of `all`: the earlier 32-head kernel with its f16 stage in

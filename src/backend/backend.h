@@ -54,6 +54,7 @@ typedef struct dsk__moe_prologue_args {
   int64_t inv_perm_stride;
   int64_t *cnt_x;    /* NULL or += non-finite x values */
   int64_t *cnt_perm; /* NULL or [0] += bad ids, [1] += dropped rows */
+  int dry;           /* 1: only say (*served) whether the call would run; launch nothing */
 } dsk__moe_prologue_args;
 
 typedef struct dsk_backend {
@@ -123,7 +124,9 @@ typedef struct dsk_backend {
   /* Optional (NULL = the separate ops): the fused prologue of
    * dsk_moe_run. Sets *served = 0 without side effects for a call it does
    * not take (too many assignments, unaligned rows); then dsk_moe_run runs
-   * the ops. */
+   * the ops. With a->dry it only sets *served (ids need not be written
+   * yet): dsk_moe_run asks before the router whether it may fork the
+   * shared expert there. */
   dsk_status (*moe_prologue)(dsk_ctx *ctx, const dsk__moe_prologue_args *a, int *served);
   dsk_status (*dense_fp8_gemm)(dsk_ctx *ctx, const dsk_dense_gemm_desc *d, const dsk_tactic *t);
   /* Timing (src/tune/bench.c drives them): fills samples_us[0..reps). */

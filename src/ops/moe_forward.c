@@ -292,6 +292,14 @@ dsk_status dsk_moe_plan(dsk_ctx *ctx, const dsk_moe_desc *desc, dsk_plan_info *i
   return DSK_STATUS_OK;
 }
 
+/* DSK_MOE_FORK_EARLY (compile-time; default 1; docs/benchmarks.md "MoE
+ * v13"): with aux_stream and the backend's fused prologue, the shared
+ * expert forks before the router and quantizes x on aux itself. 0 = the
+ * fork after step 2 always (the A/B baseline). */
+#ifndef DSK_MOE_FORK_EARLY
+#define DSK_MOE_FORK_EARLY 1
+#endif
+
 static int64_t *cnt(const dsk_moe_desc *d, int i) { return d->counters ? d->counters + i : NULL; }
 
 /* The shared expert [6.2 step 7]: FP8 dense FC1 on the quantized x of step
@@ -353,13 +361,58 @@ dsk_status dsk_moe_run(dsk_ctx *ctx, const dsk_moe_desc *desc) {
   dsk_bf16 *Dbuf = (dsk_bf16 *)(base + ws.D);
   const int has_shared = d->shared.w13 != NULL;
   const int mx = d->routed.fmt == DSK_MOE_W_MXFP4;
-  /* the shared expert on aux_stream, beside steps 3-7 (after step 2, whose
-   * quantized x it reads); joined before the gather */
+  /* the shared expert on aux_stream (it reads only x, quantized): forked
+   * before the router where the fused prologue serves the call (then aux
+   * quantizes x itself, beside the router and the prologue), else after
+   * step 2, whose xq it reads; joined before the gather */
   const int aux = has_shared && d->aux_stream && d->aux_stream != d->stream && ctx->backend->stream_join;
+  /* after the fork an error still joins aux_stream back into stream, so
+   * nothing of this call runs unordered after it returns */
+  int forked = 0;
+#define TRY_J(call)                                                        \
+  do {                                                                     \
+    const dsk_status st_ = (call);                                         \
+    if (st_ != DSK_STATUS_OK) {                                            \
+      if (forked) (void)ctx->backend->stream_join(ctx, d->stream, d->aux_stream); \
+      return st_;                                                          \
+    }                                                                      \
+  } while (0)
+
+  /* 2-4 fused for decode-sized calls where the backend has the prologue
+   * (quantize, permute, pack SFA in one kernel; the same bytes) */
+  const int32_t *use_ids = d->ids_in ? d->ids_in : ids;
+  const float *use_w = d->ids_in ? d->weights_in : wts;
+  dsk__moe_prologue_args a;
+  memset(&a, 0, sizeof a);
+  a.stream = d->stream;
+  a.T = T; a.topk = K; a.E = d->E; a.E_local = d->E_local; a.expert_offset = d->expert_offset; a.H = H;
+  a.A_used = ws.A_used; a.M_sum = Ms;
+  a.ids = use_ids; a.ids_stride = K; a.x = d->x; a.x_stride = d->x_stride;
+  a.A = A; a.A_stride = H; a.sfa = sfa; a.m_indices = mind; a.inv_perm = inv; a.inv_perm_stride = K;
+  a.cnt_x = cnt(d, DSK_MOE_CNT_X_NONFINITE);
+  a.cnt_perm = cnt(d, DSK_MOE_CNT_BAD_EXPERT);
+  int fuse = 0, early = 0;
+  if (ctx->backend->moe_prologue && !(d->flags & DSK_MOE_RUN_UNFUSED)) {
+    a.dry = 1; /* xq NULL: served here means served with or without it */
+    TRY(ctx->backend->moe_prologue(ctx, &a, &fuse));
+    a.dry = 0;
+  }
+  early = DSK_MOE_FORK_EARLY && aux && fuse;
+  if (early) {
+    TRY(ctx->backend->stream_join(ctx, d->aux_stream, d->stream));
+    forked = 1;
+    dsk_fp8_quantize_desc q;
+    memset(&q, 0, sizeof q);
+    q.struct_size = sizeof q;
+    q.stream = d->aux_stream;
+    q.rows = T; q.K = H; q.x_dtype = DSK_MOE_IN_BF16; q.x = d->x; q.x_stride = d->x_stride;
+    q.q = xq; q.q_stride = H; q.sf_packed = (int32_t *)(base + ws.sfx);
+    /* q.counters NULL: the prologue counts x's non-finite values */
+    TRY_J(dsk_fp8_quantize_1x128(ctx, &q));
+    TRY_J(run_shared(ctx, d, &ws, ts, d->aux_stream));
+  }
 
   /* 1. route */
-  const int32_t *use_ids = d->ids_in;
-  const float *use_w = d->weights_in;
   if (!d->ids_in) {
     dsk_moe_route_desc r;
     memset(&r, 0, sizeof r);
@@ -373,25 +426,17 @@ dsk_status dsk_moe_run(dsk_ctx *ctx, const dsk_moe_desc *desc) {
     r.counters = cnt(d, DSK_MOE_CNT_ROUTE_BAD_TOKEN);
     r.workspace = Dbuf; /* the D region is free until FC1 (dsk__moe_ws_layout) */
     r.workspace_bytes = dsk__moe_route_ws_bytes(T, d->E);
-    TRY(dsk_moe_route(ctx, &r));
-    use_ids = ids;
-    use_w = wts;
+    TRY_J(dsk_moe_route(ctx, &r));
   }
-  /* 2-4 fused for decode-sized calls where the backend has the prologue
-   * (quantize, permute, pack SFA in one kernel; the same bytes) */
   int fused = 0;
-  if (ctx->backend->moe_prologue && !(d->flags & DSK_MOE_RUN_UNFUSED)) {
-    dsk__moe_prologue_args a;
-    memset(&a, 0, sizeof a);
-    a.stream = d->stream;
-    a.T = T; a.topk = K; a.E = d->E; a.E_local = d->E_local; a.expert_offset = d->expert_offset; a.H = H;
-    a.A_used = ws.A_used; a.M_sum = Ms;
-    a.ids = use_ids; a.ids_stride = K; a.x = d->x; a.x_stride = d->x_stride;
-    a.xq = has_shared ? xq : NULL; a.sfx = has_shared ? (int32_t *)(base + ws.sfx) : NULL;
-    a.A = A; a.A_stride = H; a.sfa = sfa; a.m_indices = mind; a.inv_perm = inv; a.inv_perm_stride = K;
-    a.cnt_x = cnt(d, DSK_MOE_CNT_X_NONFINITE);
-    a.cnt_perm = cnt(d, DSK_MOE_CNT_BAD_EXPERT);
-    TRY(ctx->backend->moe_prologue(ctx, &a, &fused));
+  if (fuse) {
+    a.xq = has_shared && !early ? xq : NULL;
+    a.sfx = has_shared && !early ? (int32_t *)(base + ws.sfx) : NULL;
+    TRY_J(ctx->backend->moe_prologue(ctx, &a, &fused));
+    if (!fused && early) { /* not expected (the dry call said yes): order aux's xq before step 2 rewrites it */
+      TRY(ctx->backend->stream_join(ctx, d->stream, d->aux_stream));
+      forked = 0; /* the shared expert stays enqueued on aux, now ordered before what follows */
+    }
   }
   /* 2. quantize x (raw scales for the permute, packed for the shared expert) */
   if (!fused) {
@@ -405,18 +450,9 @@ dsk_status dsk_moe_run(dsk_ctx *ctx, const dsk_moe_desc *desc) {
     q.counters = cnt(d, DSK_MOE_CNT_X_NONFINITE);
     TRY(dsk_fp8_quantize_1x128(ctx, &q));
   }
-  /* after the fork an error still joins aux_stream back into stream, so
-   * nothing of this call runs unordered after it returns */
-#define TRY_J(call)                                                      \
-  do {                                                                   \
-    const dsk_status st_ = (call);                                       \
-    if (st_ != DSK_STATUS_OK) {                                          \
-      if (aux) (void)ctx->backend->stream_join(ctx, d->stream, d->aux_stream); \
-      return st_;                                                        \
-    }                                                                    \
-  } while (0)
-  if (aux) {
+  if (aux && !early) {
     TRY(ctx->backend->stream_join(ctx, d->aux_stream, d->stream));
+    forked = 1;
     TRY_J(run_shared(ctx, d, &ws, ts, d->aux_stream));
   }
   /* 3. permute into the contiguous layout (worst-case M_sum for T) */
@@ -479,7 +515,7 @@ dsk_status dsk_moe_run(dsk_ctx *ctx, const dsk_moe_desc *desc) {
   /* 8. shared expert (here unless it runs on aux_stream) */
   if (has_shared && !aux) TRY(run_shared(ctx, d, &ws, ts, d->stream));
   dsk_bf16 *sout = has_shared ? (dsk_bf16 *)(base + ws.Sout) : NULL;
-  if (aux) TRY(ctx->backend->stream_join(ctx, d->stream, d->aux_stream)); /* the gather reads sout */
+  if (forked) TRY(ctx->backend->stream_join(ctx, d->stream, d->aux_stream)); /* the gather reads sout */
 #undef TRY_J
   /* 9. weighted gather + shared */
   {

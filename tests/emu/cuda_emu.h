@@ -4,9 +4,13 @@
  * __syncthreads and the warp-collective instructions (shuffles, votes,
  * ldmatrix, mma.sync) are barriers over the CTA or the warp, and the
  * functions of src/backend/cuda/ptx.cuh are given the semantics of the PTX
- * ISA (fragment layouts, rounding). cp.async copies at once, so this finds
- * wrong indexing, fragment layouts, masking and numerics, not races or
- * timing (compute-sanitizer on a GPU does that).
+ * ISA (fragment layouts, rounding). A cp.async copy reads its source when
+ * issued and lands in shared memory only at the cp.async.wait_group of its
+ * thread that retires its commit group (copies never committed or waited
+ * for never land), so a wait that counts groups wrong, or a read before the
+ * wait, sees stale bytes. This finds wrong indexing, fragment layouts,
+ * masking, numerics and commit-group accounting, not races between
+ * threads or timing (compute-sanitizer on a GPU does that).
  *
  * Include this instead of ptx.cuh / cuda_fp16.h, then, inside one
  * anonymous namespace, define `smem` (emu_smem_define) and include the
@@ -48,8 +52,21 @@ struct Idx {
   unsigned x, y, z;
 };
 
+/* one thread's cp.async copies in flight: the open (not yet committed)
+ * copies and the committed groups, oldest first */
+struct Copy {
+  void *dst;
+  int n;
+  uint8_t bytes[16];
+};
+struct Async {
+  std::vector<Copy> open;
+  std::vector<std::vector<Copy>> groups;
+};
+
 struct State {
   int nthreads = 0, cur = 0;
+  Async async[kMaxThreads];
   unsigned bx = 0, by = 0, bz = 0, gx = 1, gy = 1, gz = 1;
   ucontext_t sched;
   ucontext_t ctx[kMaxThreads];
@@ -140,6 +157,8 @@ inline void launch3(unsigned gx, unsigned gy, unsigned gz, int threads, uint8_t 
       for (int b = 0; b < kNamedBarriers; b++) s.named_count[b] = 0;
       for (int i = 0; i < threads; i++) {
         s.done[i] = false;
+        s.async[i].open.clear();
+        s.async[i].groups.clear();
         getcontext(&s.ctx[i]);
         s.ctx[i].uc_stack.ss_sp = s.stacks.data() + (size_t)i * kStack;
         s.ctx[i].uc_stack.ss_size = kStack;
@@ -295,6 +314,10 @@ template <typename T>
 inline T __ldg(const T *p) {
   return *p;
 }
+template <typename T>
+inline T __ldcg(const T *p) {
+  return *p;
+}
 inline int atomicAdd(int *p, int v) {
   const int o = *p;
   *p = o + v;
@@ -356,17 +379,32 @@ inline __half2 __floats2half2_rn(float lo, float hi) { return __half2{emu::f32_t
 namespace dsk_ptx {
 
 inline void cp_async_n(void *dst, const void *src, bool valid, int n) {
+  emu::Copy c;
+  c.dst = dst;
+  c.n = n;
   if (valid)
-    memcpy(dst, src, (size_t)n);
+    memcpy(c.bytes, src, (size_t)n);
   else
-    memset(dst, 0, (size_t)n);
+    memset(c.bytes, 0, (size_t)n);
+  emu::st().async[emu::st().cur].open.push_back(c);
 }
 inline void cp_async16(void *dst, const void *src, bool valid) { cp_async_n(dst, src, valid, 16); }
 inline void cp_async8(void *dst, const void *src, bool valid) { cp_async_n(dst, src, valid, 8); }
 inline void cp_async4(void *dst, const void *src, bool valid) { cp_async_n(dst, src, valid, 4); }
-inline void cp_async_commit() {}
+inline void cp_async_commit() {
+  emu::Async &a = emu::st().async[emu::st().cur];
+  a.groups.push_back(a.open);
+  a.open.clear();
+}
+/* cp.async.wait_group N: the thread's groups but the N newest land */
 template <int N>
-inline void cp_async_wait() {}
+inline void cp_async_wait() {
+  emu::Async &a = emu::st().async[emu::st().cur];
+  size_t done = 0;
+  for (; a.groups.size() - done > (size_t)N; done++)
+    for (const emu::Copy &c : a.groups[done]) memcpy(c.dst, c.bytes, (size_t)c.n);
+  a.groups.erase(a.groups.begin(), a.groups.begin() + (ptrdiff_t)done);
+}
 
 /* ldmatrix .x4: lane l gives the row address of row l & 7 of matrix l >> 3 */
 inline void ldmatrix_x4_impl(uint32_t (&r)[4], const void *p, bool trans) {

@@ -236,11 +236,16 @@ static dsk_status run_layer(dsk_ctx *cx, const mc_case *cs, const mc_layer_in *i
     st = dsk_mem_set(cx, dy, 0xFF, sizeof(dsk_bf16) * (size_t)(T * H));
     if (st == DSK_STATUS_OK) st = dsk_mem_set(cx, (uint8_t *)ws + pi.workspace_bytes / 2, 0x5A,
                                               (size_t)(pi.workspace_bytes - pi.workspace_bytes / 2));
+    /* the counters of this run alone must equal the first run's (cnt) */
+    int64_t c0[DSK_MOE_NUM_COUNTERS], c1[DSK_MOE_NUM_COUNTERS];
+    if (st == DSK_STATUS_OK) st = mc_down(cx, c0, dc, sizeof c0);
     if (st == DSK_STATUS_OK) st = dsk_moe_run(cx, &d);
     if (st == DSK_STATUS_OK) st = mc_down(cx, y2, dy, sizeof(dsk_bf16) * (size_t)(T * H));
+    if (st == DSK_STATUS_OK) st = mc_down(cx, c1, dc, sizeof c1);
     if (st == DSK_STATUS_OK) {
       int64_t nd = 0;
       for (int64_t i = 0; i < T * H; i++) nd += y2[i] != y[i];
+      for (int i = 0; i < DSK_MOE_NUM_COUNTERS; i++) nd += c1[i] - c0[i] != cnt[i];
       *in->aux_diff = nd;
     }
     /* under capture: the call's stream a new one (a capture cannot run on the
@@ -388,7 +393,7 @@ int check_case(dsk_ctx *ctx, dsk_ctx *ref, int same, const mc_case *cs, const in
     const double t0 = tu_now_us();
     st = run_layer(ctx, cs, &in, y, ids, w, cnt, NULL);
     if (st == DSK_STATUS_OK && aux_diff >= 0) {
-      TU_CHECK(c, aux_diff == 0, "moe %s T %lld: with aux_stream %lld outputs differ from the one-stream run", cs->name,
+      TU_CHECK(c, aux_diff == 0, "moe %s T %lld: with aux_stream %lld outputs or counters differ from the one-stream run", cs->name,
                (long long)T, (long long)aux_diff);
       fprintf(log, "moe %-22s T %lld: shared expert on aux_stream: %s\n", cs->name, (long long)T,
               aux_diff == 0 ? "identical" : "DIFFERENT");

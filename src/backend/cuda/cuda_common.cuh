@@ -67,10 +67,28 @@ static inline cudaError_t dsk__launch_dep(bool pdl, void (*kernel)(KArgs...), di
 #define DSK_MOE_PDL 1
 #endif
 
+/* DSK_MOE_SK_PREFETCH (compile-time; default 1; MoE v13): the skinny GEMM
+ * kernel (moe_gemm_skinny.cuh) reads m_indices and issues its weight
+ * ring's first ST - 1 stages before griddepcontrol.wait, and the SwiGLU and
+ * quantize kernels (moe_ops.cu) trigger their dependents right after their
+ * own wait. A GEMM after them then starts while they run and streams
+ * weights meanwhile. What the GEMM reads before its wait is never written
+ * by a kernel that may still run then (the one before it, where that one
+ * triggers early, after its own wait: everything older is complete): the
+ * weights and their scales are the caller's constants, and the kernels
+ * that write m_indices (the permute, the prologue) trigger only at their
+ * end. The A rows and their scales are read after the wait (docs/moe.md,
+ * "PDL"). 0 = the wait first and no early triggers (the A/B baseline). */
+#ifndef DSK_MOE_SK_PREFETCH
+#define DSK_MOE_SK_PREFETCH 1
+#endif
+
 /* A MoE kernel's launch (moe_ops.cu, moe_route.cu, moe_gemm.cu): PDL
  * unless DSK_MOE_PDL is 0. Each such kernel executes dsk_ptx::pdl_wait()
- * before its first global access, so the stream order is kept and only the
- * launch latency overlaps the previous kernel's tail. */
+ * before its first global access (the skinny GEMM: before its first access
+ * to memory a running kernel may write, DSK_MOE_SK_PREFETCH above), so the
+ * stream order is kept and only the launch latency overlaps the previous
+ * kernel's tail. */
 template <typename... KArgs, typename... Args>
 static inline cudaError_t moe_launch(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t st,
                                      Args... args) {

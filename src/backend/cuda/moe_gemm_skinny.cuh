@@ -111,9 +111,16 @@ struct Sk {
 /* the register bound above as warps per SM (skinny_fit counts CTAs by it) */
 constexpr int kSkWarpsPerSm = 24;
 
+/* DSK_MOE_SK_PREFETCH (cuda_common.cuh): the weight ring's first stages
+ * before griddepcontrol.wait (MoE v13); the default again for the host
+ * emulation, which includes this header without cuda_common.cuh. */
+#ifndef DSK_MOE_SK_PREFETCH
+#define DSK_MOE_SK_PREFETCH 1
+#endif
+
 template <int NW, int ST, bool MX, int KS, int TPS_>
 __global__ void __launch_bounds__(32 * NW, kSkWarpsPerSm / NW) moe_gemm_skinny_kernel(const GemmArgs p) {
-  dsk_ptx::pdl_wait(); /* before any global access (launched with PDL) */
+  if (!DSK_MOE_SK_PREFETCH) dsk_ptx::pdl_wait(); /* before any global access (launched with PDL) */
   using S = Sk<NW, ST, MX, TPS_>;
   constexpr int RG = NW / KS; /* row groups of 16 columns */
   constexpr int PITCH = S::PITCH;
@@ -136,11 +143,16 @@ __global__ void __launch_bounds__(32 * NW, kSkWarpsPerSm / NW) moe_gemm_skinny_k
   if (mb >= p.mblocks) return;
   const bool grouped = p.m_indices != nullptr;
   const int64_t m0 = mb * (grouped ? 64 : p.bm);
+  /* m_indices may be read before griddepcontrol.wait (DSK_MOE_SK_PREFETCH):
+   * its writer (the permute or the prologue) has completed by then, and an
+   * L2 load (ld.global.cg) cannot see a line an older kernel left in L1 */
+  auto mi = [&](int64_t r) -> int32_t { return DSK_MOE_SK_PREFETCH ? __ldcg(p.m_indices + r) : p.m_indices[r]; };
   int64_t e = 0;
   if (grouped) {
-    e = p.m_indices[m0]; /* the same word for every thread: the whole CTA returns together */
+    e = mi(m0); /* the same word for every thread: the whole CTA returns together */
     if (e == -1) return;
     if (e < -1 || e >= p.E_local) {
+      if (DSK_MOE_SK_PREFETCH) dsk_ptx::pdl_wait(); /* the counters are ordered after the kernel before */
       if (blockIdx.x == 0 && tid == 0 && p.counters) atomicAdd(p.counters, 1ull);
       return;
     }
@@ -148,7 +160,7 @@ __global__ void __launch_bounds__(32 * NW, kSkWarpsPerSm / NW) moe_gemm_skinny_k
   /* live rows of the block, ascending */
   if (tid < 32) {
     if (grouped) {
-      const bool l0 = p.m_indices[m0 + lane] >= 0, l1 = p.m_indices[m0 + 32 + lane] >= 0;
+      const bool l0 = mi(m0 + lane) >= 0, l1 = mi(m0 + 32 + lane) >= 0;
       const unsigned b0 = __ballot_sync(0xffffffffu, l0), b1 = __ballot_sync(0xffffffffu, l1);
       const unsigned below = (1u << lane) - 1u;
       if (l0) s_rows[__popc(b0 & below)] = lane;
@@ -221,8 +233,27 @@ __global__ void __launch_bounds__(32 * NW, kSkWarpsPerSm / NW) moe_gemm_skinny_k
                          kt < KT);
   };
 
+  /* the ring's first ST - 1 stages (tile, stage) in sequence order, one
+   * commit group each; ii / it: (tile, stage) of the next stage to issue
+   * (split-K: one tile, ii unused) */
+  auto prime = [&](int &ii, int &it) {
+#pragma unroll
+    for (int st = 0; st < ST - 1; st++) {
+      if (st < nall) issue(st, KS == 1 ? it : 0, KS == 1 ? ii : st);
+      if (KS == 1 && ++ii == nkt) ii = 0, it++;
+      dsk_ptx::cp_async_commit();
+    }
+  };
+  /* prefetch: the first pass's stages before the wait (nlive >= 1: a
+   * grouped block that got here has its first row live) */
+  const bool pre = DSK_MOE_SK_PREFETCH && nlive > 0;
+  int pii = 0, pit = 0;
+  if (pre) prime(pii, pit);
+  if (DSK_MOE_SK_PREFETCH) dsk_ptx::pdl_wait(); /* A and its scales are the kernel before's output */
+
   for (int gb = 0; gb < nlive; gb += grp) {
     const int cnt = nlive - gb < grp ? nlive - gb : grp;
+    const bool primed = pre && gb == 0; /* this pass's first stages are in flight (groups before A's) */
     /* the pass stages pg rows (sk_a_bytes): f16 fragments of pow2(cnt)
      * rows when cnt <= 4 (MXFP4), else e4m3 bytes of grp rows. The B
      * operand's column g reads staged row g & (pg - 1): columns >= pg
@@ -252,13 +283,10 @@ __global__ void __launch_bounds__(32 * NW, kSkWarpsPerSm / NW) moe_gemm_skinny_k
       s_sa[kt * 8 + gr] = v;
     }
     dsk_ptx::cp_async_commit(); /* the e4m3 A chunks (f16: an empty group) */
-    /* the ring's first ST - 1 stages (tile, stage) in sequence order */
-    int ii = 0, it = 0; /* (tile, stage) of the next stage to issue; split-K: one tile, ii unused */
-#pragma unroll
-    for (int st = 0; st < ST - 1; st++) {
-      if (st < nall) issue(st, KS == 1 ? it : 0, KS == 1 ? ii : st);
-      if (KS == 1 && ++ii == nkt) ii = 0, it++;
-      dsk_ptx::cp_async_commit();
+    int ii = pii, it = pit; /* (tile, stage) of the next stage to issue */
+    if (!primed) {
+      ii = it = 0;
+      prime(ii, it);
     }
     if (a16) {
       /* f16: 8-byte chunk c of row gr (K values 8 c .. 8 c + 7, i.e. step
@@ -285,8 +313,12 @@ __global__ void __launch_bounds__(32 * NW, kSkWarpsPerSm / NW) moe_gemm_skinny_k
         }
       }
     }
-    dsk_ptx::cp_async_wait<ST - 1>(); /* this thread's e4m3 A chunks landed */
-    __syncthreads();                  /* ... and every thread's, and the scales (and the f16 rows) */
+    /* this thread's e4m3 A chunks landed (primed: A's group is the last
+     * one, after the ring's first stages; the K loop's waits then count
+     * only its own groups, as otherwise) */
+    if (primed) dsk_ptx::cp_async_wait<0>();
+    else dsk_ptx::cp_async_wait<ST - 1>();
+    __syncthreads(); /* ... and every thread's, and the scales (and the f16 rows) */
 
     float acc[4] = {0.f, 0.f, 0.f, 0.f};
     /* acc += d x (weight row scale x group row scale): rows g / g + 8, group rows 2q / 2q + 1 */

@@ -173,6 +173,7 @@ __device__ __forceinline__ uint8_t quant128_group(const Q128Params &p, int64_t r
 template <int MODE, bool F32>
 __global__ void quant128_kernel(Q128Params p) {
   dsk_ptx::pdl_wait(); /* before any global access (PDL) */
+  if (DSK_MOE_SK_PREFETCH) dsk_ptx::pdl_launch_dependents(); /* a GEMM after it may start its weights */
   const int lane = threadIdx.x & 31;
   const int64_t wid = (blockIdx.x * (int64_t)blockDim.x + threadIdx.x) >> 5;
   const int64_t nwarps = ((int64_t)gridDim.x * blockDim.x) >> 5;
@@ -220,6 +221,7 @@ constexpr int64_t kQ128GroupItems = 4096;
 template <int MODE, bool F32>
 __global__ void __launch_bounds__(kThreads) quant128_group_kernel(Q128Params p) {
   dsk_ptx::pdl_wait(); /* before any global access (PDL) */
+  if (DSK_MOE_SK_PREFETCH) dsk_ptx::pdl_launch_dependents(); /* a GEMM after it may start its weights */
   const int lane = threadIdx.x & 31;
   const int64_t wid = (blockIdx.x * (int64_t)blockDim.x + threadIdx.x) >> 5;
   const int64_t nwarps = ((int64_t)gridDim.x * blockDim.x) >> 5;
@@ -256,6 +258,7 @@ __global__ void __launch_bounds__(kThreads) quant128_group_kernel(Q128Params p) 
 constexpr int kLiveRows = 64, kLiveThreads = 128;
 __global__ void __launch_bounds__(kLiveThreads) swiglu_live_kernel(Q128Params p) {
   dsk_ptx::pdl_wait(); /* before any global access (PDL) */
+  if (DSK_MOE_SK_PREFETCH) dsk_ptx::pdl_launch_dependents(); /* a GEMM after it may start its weights */
   __shared__ int s_rows[kLiveRows];
   __shared__ unsigned s_ball[2];
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -991,6 +994,10 @@ extern "C" dsk_status dsk__cuda_moe_prologue(dsk_ctx *ctx, const dsk__moe_prolog
       a->M_sum < 1 || a->M_sum >= (1ll << 30) || ((uintptr_t)a->x & 7u) || a->x_stride % 4 != 0 ||
       ((uintptr_t)a->A & 3u) || a->A_stride % 4 != 0 || ((uintptr_t)a->xq & 3u))
     return DSK_STATUS_OK;
+  if (a->dry) {
+    *served = 1;
+    return DSK_STATUS_OK;
+  }
   MOE_SET_DEVICE("moe_prologue");
   cudaStream_t st = dsk__cuda_stream(ctx, a->stream);
   ProParams p;
