@@ -2,7 +2,7 @@
 # GPU suite: build with CUDA, then the backend-vs-reference harness on the
 # GPU (both backend tables), compute-sanitizer, the demo, the benchmarks
 # and the warmup timing. Logs go to $OUT (or /tmp/dsk-gpu). Usage:
-#   tools/gpu-suite.sh [build|check|sanitize|demo|bench|tune|all|ab-regcvt|ab-skinny|ab-moe|check-moe|ncu-prefill]...
+#   tools/gpu-suite.sh [build|check|sanitize|demo|bench|tune|all|ab-regcvt|ab-skinny|ab-moe|ab-build|ab-bench|check-moe|ncu-prefill]...
 set -uo pipefail
 OUT=${OUT:-/tmp/dsk-gpu}
 mkdir -p "$OUT"
@@ -70,11 +70,15 @@ for what in "${@:-all}"; do
       run racecheck_moe compute-sanitizer --tool racecheck --error-exitcode 9 "$B/dsk" check --device cuda:0 --quick \
         --only moe ;;&
     ncu-prefill)
-      # not part of `all`: Nsight Compute (full set) of the routed FC1 GEMM
-      # of DSv4-Flash at T 4096 (the tiled kernel), clocks left alone
-      run ncu_prefill_fc1 env DSK_AUTOTUNE=0 DSK_AUTOTUNE_CACHE=off ncu --clock-control none --set full \
-        -k regex:moe_gemm_kernel -c 1 "$B/dsk" bench moe --device cuda:0 --model dsv4-flash --t 4096 --op fc1 \
-        --reps 1 ;;&
+      # not part of `all`: Nsight Compute (full set, clocks left alone) of
+      # the routed FC1 GEMM of DSv4-Flash at T 4096 (the prefill kernel, or
+      # the tiled one), in the default build and, when it exists, "$B-ab"
+      for bd in "$B" "$B-ab"; do
+        [ -x "$bd/dsk" ] || continue
+        run "ncu_prefill_fc1_${bd##*-}" env DSK_AUTOTUNE=0 DSK_AUTOTUNE_CACHE=off ncu --clock-control none --set full \
+          -k 'regex:moe_gemm_(prefill_)?kernel' -c 1 "$bd/dsk" bench moe --device cuda:0 --model dsv4-flash --t 4096 \
+          --op fc1 --reps 1
+      done ;;&
     demo|all)
       run demo "$B/dsk" demo --device cuda:0 ;;&
     bench|all)
@@ -96,23 +100,32 @@ for what in "${@:-all}"; do
           run bench_moe_base_$i env DSK_AUTOTUNE=0 DSK_AUTOTUNE_CACHE=off "$B-sk0/dsk" bench moe --device cuda:0 --max-t 128
           run bench_moe_skinny_$i env DSK_AUTOTUNE=0 DSK_AUTOTUNE_CACHE=off "$B/dsk" bench moe --device cuda:0 --max-t 128
         done ;;&
-    ab-moe)
+    ab-build|ab-moe)
       # not part of `all`: a variant build "$B-ab" with DSK_AB_FLAGS (given
       # to both the C and the CUDA compiler, e.g. "-DDSK_MOE_FORK_EARLY=0")
-      # against the default build "$B": the variant's quick MoE harness on
-      # both tables, then `dsk bench moe $DSK_AB_BENCH` of the two builds
-      # alternated, two rounds (docs/benchmarks.md takes the lower median)
+      # beside the default build "$B", and the variant's quick MoE harness on
+      # both tables
       run cmake_ab cmake -S . -B "$B-ab" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES="$ARCHS" \
         -DCMAKE_CUDA_FLAGS="${DSK_AB_FLAGS:?set DSK_AB_FLAGS}" -DCMAKE_C_FLAGS="$DSK_AB_FLAGS" ${DSK_CMAKE_FLAGS:-} &&
         run build_ab cmake --build "$B-ab" -j "$(nproc)" --target dsk_cli &&
         run check_ab_moe "$B-ab/dsk" check --device cuda:0 --only moe --quick &&
-        run check_ab_moe_sm120 env DSK_TEST_AS_SM120=1 "$B-ab/dsk" check --device cuda:0 --only moe --quick &&
-        for i in 1 2; do
+        run check_ab_moe_sm120 env DSK_TEST_AS_SM120=1 "$B-ab/dsk" check --device cuda:0 --only moe --quick ;;&
+    ab-bench|ab-moe)
+      # not part of `all`: `dsk bench moe ARGS` of the default build and the
+      # variant, alternated, for each ARGS of DSK_AB_BENCH (sets separated by
+      # '|'), DSK_AB_ROUNDS rounds (default 2; logs numbered from
+      # DSK_AB_ROUND0, default 1); docs/benchmarks.md takes the lower median
+      IFS='|' read -ra ab_sets <<< "${DSK_AB_BENCH:-}"
+      [ ${#ab_sets[@]} -eq 0 ] && ab_sets=("")
+      r0=${DSK_AB_ROUND0:-1}
+      for ((i = r0; i < r0 + ${DSK_AB_ROUNDS:-2}; i++)); do
+        for k in "${!ab_sets[@]}"; do
           # shellcheck disable=SC2086
-          run bench_moe_default_$i env DSK_AUTOTUNE=0 DSK_AUTOTUNE_CACHE=off "$B/dsk" bench moe --device cuda:0 ${DSK_AB_BENCH:-}
+          run bench_moe_default_${k}_$i env DSK_AUTOTUNE=0 DSK_AUTOTUNE_CACHE=off "$B/dsk" bench moe --device cuda:0 ${ab_sets[$k]}
           # shellcheck disable=SC2086
-          run bench_moe_ab_$i env DSK_AUTOTUNE=0 DSK_AUTOTUNE_CACHE=off "$B-ab/dsk" bench moe --device cuda:0 ${DSK_AB_BENCH:-}
-        done ;;&
+          run bench_moe_ab_${k}_$i env DSK_AUTOTUNE=0 DSK_AUTOTUNE_CACHE=off "$B-ab/dsk" bench moe --device cuda:0 ${ab_sets[$k]}
+        done
+      done ;;&
     ab-regcvt)
       # not part of `all`: the earlier 32-head kernel with its f16 stage in
       # shared memory (-DDSK_MLA32_REGCVT=0) against the default build (the

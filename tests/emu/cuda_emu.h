@@ -574,6 +574,10 @@ inline void fence_proxy_async() {}
 /* max.NaN.f32 x, 0: NaN propagates, -0 becomes +0 */
 inline float ix_relu(float x) { return x != x ? x : (x > 0.f ? x : 0.f); }
 
+/* cvt.rn.f16x2.f32: each value rounded to nearest even (subnormals kept) */
+inline uint32_t f32x2_to_f16x2(float lo, float hi) {
+  return (uint32_t)emu::f32_to_f16(lo) | ((uint32_t)emu::f32_to_f16(hi) << 16);
+}
 /* mul.rn.f16x2: the fp32 product of two f16 values is exact, so one rounding to f16 is the RNE product */
 inline uint32_t hmul2_u32(uint32_t a, uint32_t b) {
   const uint16_t lo = emu::f32_to_f16(emu::f16_to_f32((uint16_t)a) * emu::f16_to_f32((uint16_t)b));

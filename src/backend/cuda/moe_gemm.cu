@@ -158,9 +158,6 @@ __device__ __forceinline__ uint32_t e2m1_hi_to_e4m3(uint32_t x) {
   return (x & 0x80808080u) | ((x >> 2) & 0x1C1C1C1Cu);
 }
 
-/* Shared-memory byte offset of logical 16-byte chunk `ch` of row `r`. */
-__device__ __forceinline__ int swz128(int r, int ch) { return r * 128 + ((ch ^ ((r & 3) << 1)) << 4); }
-__device__ __forceinline__ int swz64(int r, int ch) { return r * 64 + ((ch ^ ((r >> 1) & 3)) << 4); }
 
 /* ------------------------------------------------------------ configuration */
 template <int BM, int BN, bool MX, bool F16>
@@ -642,6 +639,24 @@ dsk_status launch_tiled(const dsk_ctx *ctx, const GemmArgs &a, cudaStream_t s, c
 }
 
 #include "moe_gemm_skinny.cuh"
+#include "moe_gemm_prefill.cuh"
+
+/* The prefill kernel (moe_gemm_prefill.cuh) for a tiled call on the f16
+ * path at BLOCK_M 128, BLOCK_N 128, split 1 (DSK_MOE_PREFILL). */
+template <bool MX>
+dsk_status launch_prefill(const dsk_ctx *ctx, const GemmArgs &a, cudaStream_t s, const char *what) {
+  using C = Pf<MX>;
+  const dsk_cuda_state *st = dsk__cuda_state(ctx);
+  if (C::SMEM > st->smem_optin)
+    return dsk__fail(DSK_STATUS_UNSUPPORTED, "%s: the prefill kernel needs %d B of shared memory, device allows %lld",
+                     what, C::SMEM, (long long)st->smem_optin);
+  DSK_CUDA_TRY(what, cudaFuncSetAttribute(moe_gemm_prefill_kernel<MX>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                          C::SMEM));
+  const int64_t gy = a.mblocks < 65535 ? a.mblocks : 65535, gz = (a.mblocks + 65534) / 65535;
+  const dim3 grid(dsk__ceil_div_u(a.N, C::BN), (unsigned)gy, (unsigned)gz);
+  DSK_CUDA_TRY(what, moe_launch(moe_gemm_prefill_kernel<MX>, grid, dim3(C::THREADS), (size_t)C::SMEM, s, a));
+  return DSK_STATUS_OK;
+}
 
 /* DSK_MOE_SK_TPC (compile-time): column tiles per CTA of the skinny kernel
  * without split-K, forced (an A/B switch: 1 = one tile per CTA, the v10
@@ -861,6 +876,8 @@ dsk_status launch_path(const dsk_ctx *ctx, const GemmArgs &a, cudaStream_t s, in
   bool f16 = false;
   const dsk_status st = use_f16_path(dsk__cuda_state(ctx)->device, &f16, what);
   if (st != DSK_STATUS_OK) return st;
+  if (f16 && DSK_MOE_PREFILL && bm == 128 && bn == 128 && a.ksplit == 1 && a.N % 128 == 0)
+    return launch_prefill<MX>(ctx, a, s, what);
   return f16 ? launch_bn<MX, true>(ctx, a, s, bm, bn, what) : launch_bn<MX, false>(ctx, a, s, bm, bn, what);
 }
 

@@ -1,7 +1,8 @@
 /* moe_gemm_frag.cuh - the pieces of the MoE GEMM kernels that the tiled
- * kernel (moe_gemm.cu) and the skinny one (moe_gemm_skinny.cuh) share: the
- * arguments, the scale decoders, the f16-path operand conversions and the
- * bf16 rounding. Included inside moe_gemm.cu's anonymous namespace, and by
+ * kernel (moe_gemm.cu), the skinny one (moe_gemm_skinny.cuh) and the
+ * prefill one (moe_gemm_prefill.cuh) share: the arguments, the scale
+ * decoders, the f16-path operand conversions, the shared-memory swizzles
+ * and the bf16 rounding. Included inside moe_gemm.cu's anonymous namespace, and by
  * tests/emu_moe_skinny.cc under the CPU emulation of tests/emu/cuda_emu.h
  * (so only functions of ptx.cuh, no inline PTX). */
 
@@ -59,6 +60,13 @@ __device__ __forceinline__ void b_frag_mx_f16(uint32_t w, uint32_t &m0p0, uint32
   m1p0 = __byte_perm(zh, 0u, 0x2404); /* (c1, c5) */
   m1p1 = __byte_perm(zh, 0u, 0x3414); /* (c3, c7) */
 }
+
+/* Shared-memory byte offset of logical 16-byte chunk `ch` of row `r`: rows
+ * of 128 bytes (A, FP8 B) and of 64 bytes (MXFP4 B), swizzled so that the
+ * fragment reads of the tiled and prefill kernels are free of bank
+ * conflicts. */
+__device__ __forceinline__ int swz128(int r, int ch) { return r * 128 + ((ch ^ ((r & 3) << 1)) << 4); }
+__device__ __forceinline__ int swz64(int r, int ch) { return r * 64 + ((ch ^ ((r >> 1) & 3)) << 4); }
 
 /* fp32 -> bf16 bits, round to nearest even; NaN -> quiet NaN. */
 __device__ __forceinline__ uint32_t f32_to_bf16(float x) {

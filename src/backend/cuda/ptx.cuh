@@ -105,6 +105,13 @@ __device__ __forceinline__ uint32_t f16x2_to_e4m3x2(uint32_t h) {
   asm("{\n .reg .b16 t;\n cvt.rn.satfinite.e4m3x2.f16x2 t, %1;\n cvt.u32.u16 %0, t;\n}\n" : "=r"(r) : "r"(h));
   return r;
 }
+/* two fp32 -> f16x2 (lo in the low half), round to nearest even;
+ * subnormal results kept, below half the smallest one -> 0 */
+__device__ __forceinline__ uint32_t f32x2_to_f16x2(float lo, float hi) {
+  uint32_t r;
+  asm("cvt.rn.f16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
+  return r;
+}
 /* a * b on f16x2 pairs, round to nearest even */
 __device__ __forceinline__ uint32_t hmul2_u32(uint32_t a, uint32_t b) {
   uint32_t r;

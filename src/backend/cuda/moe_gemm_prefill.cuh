@@ -1,0 +1,332 @@
+/* moe_gemm_prefill.cuh - the prefill-shaped MoE GEMM of the f16 MMA path
+ * (sm_90): FP8 x MXFP4 (DeepSeek-V4) and FP8 x FP8 128x128-block (GLM-5.1,
+ * the dense shared experts) at BLOCK_M 128, BLOCK_N 128, split 1. Same
+ * arguments (GemmArgs), grid and results contract as the tiled kernel of
+ * moe_gemm.cu (spec/mxfp4-moe.md §7.1; docs/moe.md, "The prefill kernel").
+ * Included inside moe_gemm.cu's anonymous namespace after
+ * moe_gemm_frag.cuh, and by tests/emu_moe_prefill.cc under the CPU
+ * emulation (so only functions of ptx.cuh, no inline PTX).
+ *
+ * Why a second tiled kernel: the tiled kernel's f16 path starts every
+ * 32-wide K step from zero and folds it into the accumulator with both
+ * scales (an FMUL and an FFMA per output per step), on 32 x 32 warp tiles
+ * whose every A and B value is converted by four warps: about 12
+ * instructions per HMMA, and 112 TFLOPS at DSv4-Flash T 4096
+ * (docs/benchmarks.md, MoE). Here the scales go into the f16 operands, so
+ * the MMAs accumulate straight into one fp32 accumulator over all of K:
+ *
+ *  - Every scale is a power of two (UE8M0). Before the K loop each CTA
+ *    reads the scale bytes of its 128 rows and 128 columns over the whole
+ *    K and keeps each row's largest (rx) and each column's largest (cx).
+ *  - A (e4m3, exact in f16 by cvt) is multiplied by 2^(ka - rx), ka the
+ *    row's byte for the K tile; B by 2^(kb - cx), kb the column's byte for
+ *    the 32-block (MXFP4) or the K tile (FP8); MXFP4 codes become f16 as
+ *    value * 2^-14 by bit moves (moe_gemm_frag.cuh), so their multiplier is
+ *    2^(kb - cx + 14). Each multiplier is an f16x2 (m, m) made by cvt from
+ *    the fp32 2^(...), so it is exact down to f16's smallest subnormal and
+ *    +0 below; every product of an operand and its multiplier is exact
+ *    while the result is on f16's grid: for A when the row's K-tile scales
+ *    span at most 15 binades (e4m3 keeps 4 significant bits down to 2^-9),
+ *    for MXFP4 B when a column's 32-block scales span at most 23 (e2m1: 2
+ *    bits down to 0.5), for FP8 B 15. Blocks further below their row's or
+ *    column's largest are rounded to that grid (absolute error at most
+ *    2^-25 of the largest block's scale per value; a block 2^25 below
+ *    vanishes). Real activations and weights span a few binades; the
+ *    reference comparison (diff metric) is unaffected either way.
+ *  - D = bf16(acc * ue8m0(rx) * ue8m0(cx)), with the weight decoder of
+ *    spec §1.2 for both (0 -> 2^-127, 0xFF -> NaN): a row or column with a
+ *    0xFF scale anywhere comes out NaN, as in the reference. (The tiled
+ *    kernel's MXFP4 decoder gives +Inf for 0xFF and 0 for 0; both are
+ *    allowed by §1.2.)
+ *
+ * CTA = 128 x 128 outputs, 4 warps of 64 x 64 (2 x 2), 128 threads, 2 CTAs
+ * per SM on sm_90 (the register bound: ~200 of 255). Per 32-wide K step a
+ * warp converts its 64 rows' A bytes (one 8-byte shared load per row and
+ * thread, as the tiled kernel: lane t takes K values 8t..8t+7 of the step,
+ * in the fragment order of moe_gemm_frag.cuh) and its 64 columns' B words
+ * (MXFP4: ldmatrix of four n8 tiles; FP8: 8-byte loads), multiplies them by
+ * their f16x2 multipliers, and issues 64 HMMAs: about 5 instructions per
+ * HMMA. m16 slices of the warp without a live row are skipped (A and MMAs).
+ *
+ * Ring: K tiles of 128 through a cp.async ring of 3 (MXFP4, 25,600 B a
+ * stage) or 2 (FP8, 33,792 B) stages, each stage the A tile, the B tile and
+ * the two scale words of each row and column; every warp-wide copy reads
+ * whole 128-byte (A, FP8 B) or 64-byte (MXFP4 B) row pieces. Shared memory
+ * <= 101,376 B (SM120's limit) for both; swizzles as the tiled kernel.
+ *
+ * Grouped: the block's expert is m_indices[m0]; -1 skipped, < -1 or >=
+ * E_local skipped and counted once (N tile 0). Padding rows (own index < 0;
+ * dense: rows >= M) are zero-filled, never written. N is a multiple of 128
+ * (validated), so every column of a CTA exists. */
+
+/* DSK_MOE_PREFILL (compile-time; default 1): the tiled calls this kernel
+ * serves (f16 path, BLOCK_M 128, BLOCK_N 128, split 1) run it; 0 keeps them
+ * on the tiled kernel (the A/B baseline). */
+#ifndef DSK_MOE_PREFILL
+#define DSK_MOE_PREFILL 1
+#endif
+
+template <bool MX>
+struct Pf {
+  static constexpr int BM = 128, BN = 128, THREADS = 128;
+  static constexpr int WTM = 64, WTN = 64; /* warp tile; warps 2 x 2 */
+  static constexpr int MT = WTM / 16, NT8 = WTN / 8;
+  static constexpr int BROW = MX ? 64 : 128; /* B bytes per row per K tile */
+  static constexpr int SA = BM * 128, SB = BN * BROW, SSA = BM * 4, SSB = BN * 4;
+  static constexpr int STAGE = SA + SB + SSA + SSB;
+  static constexpr int STAGES = MX ? 3 : 2;
+  static constexpr int SMEM = STAGES * STAGE + (BM + BN) * 4; /* + the row and column maxima */
+  /* loaders: a warp-wide copy takes whole row pieces */
+  static constexpr int BCPR = BROW / 16;      /* B chunks per row: 4 or 8 */
+  static constexpr int BRS = THREADS / BCPR;  /* B rows per copy round: 32 or 16 */
+  static constexpr int BQ = BN / BRS;         /* B copies per thread: 4 or 8 */
+  static_assert(SMEM <= DSK_SM120_SMEM_LIMIT, "shared memory budget (SM120: 99 KB)");
+  static_assert(STAGE % 16 == 0 && BM == THREADS && BN == THREADS, "layout");
+};
+
+/* f16x2 (m, m), m = the fp32 whose bits are byte * 2^23 + bias23 (i.e.
+ * 2^(byte + bias - 127) for bias23 = bias * 2^23), rounded to f16 (exact
+ * down to 2^-24); +0 when that exponent is below the fp32 range */
+__device__ __forceinline__ uint32_t pf_pow2_f16x2(uint32_t byte, int bias23) {
+  int bits = (int)(byte << 23) + bias23;
+  bits = bits < 0 ? 0 : bits;
+  const float f = __int_as_float(bits);
+  return dsk_ptx::f32x2_to_f16x2(f, f);
+}
+
+/* the largest of the bytes b < nb of w (nb >= 1) */
+__device__ __forceinline__ int pf_byte_max(uint32_t w, int nb, int m) {
+#pragma unroll
+  for (int b = 0; b < 4; b++) {
+    const int v = (int)((w >> (8 * b)) & 0xFFu);
+    if (b < nb && v > m) m = v;
+  }
+  return m;
+}
+
+template <bool MX>
+__global__ void __launch_bounds__(128, 2) moe_gemm_prefill_kernel(const GemmArgs p) {
+  dsk_ptx::pdl_wait(); /* before any global access (launched with PDL) */
+  using C = Pf<MX>;
+  extern __shared__ __align__(128) uint8_t smem[];
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int g = lane >> 2, t = lane & 3;
+  const int wm = warp >> 1, wn = warp & 1;
+  const int64_t n0 = (int64_t)blockIdx.x * C::BN;
+  const int64_t mb = (int64_t)blockIdx.z * 65535 + blockIdx.y;
+  if (mb >= p.mblocks) return;
+  const int64_t m0 = mb * C::BM;
+  const bool grouped = p.m_indices != nullptr;
+  int64_t e = 0;
+  if (grouped) {
+    e = p.m_indices[m0]; /* the same word for every thread: the whole CTA returns together */
+    if (e == -1) return;
+    if (e < -1 || e >= p.E_local) {
+      if (blockIdx.x == 0 && tid == 0 && p.counters) atomicAdd(p.counters, 1ull);
+      return;
+    }
+  }
+  auto row_live = [&](int64_t r) { return grouped ? p.m_indices[r] >= 0 : r < p.M; };
+  int *s_rx = reinterpret_cast<int *>(smem + C::STAGES * C::STAGE);
+  int *s_cx = s_rx + C::BM;
+  const int KT = p.KT;
+
+  /* loaders. A: chunk tid & 7 of rows (tid >> 3) + 16 q; B: chunk tid %
+   * BCPR of rows tid / BCPR + BRS q; scale words: row tid, column tid */
+  const int a_c = tid & 7, a_r0 = tid >> 3;
+  unsigned a_live = 0;
+#pragma unroll
+  for (int q = 0; q < 8; q++) a_live |= (row_live(m0 + a_r0 + 16 * q) ? 1u : 0u) << q;
+  const uint8_t *a_src = p.A + (m0 + a_r0) * p.A_stride + a_c * 16;
+  const int b_c = tid % C::BCPR, b_r0 = tid / C::BCPR;
+  const uint8_t *b_src = p.B + e * p.B_group + (n0 + b_r0) * p.B_row + b_c * 16;
+  const int32_t *sfb_e = p.sfb + e * p.sfb_group;
+  const bool s_row_ok = m0 + tid < p.M;
+
+  auto load_stage = [&](int stage, int kt) {
+    uint8_t *sA = smem + stage * C::STAGE;
+    uint8_t *sB = sA + C::SA;
+    uint32_t *sSa = reinterpret_cast<uint32_t *>(sB + C::SB);
+    uint32_t *sSb = sSa + C::BM;
+#pragma unroll
+    for (int q = 0; q < 8; q++) {
+      const bool v = (a_live >> q) & 1u;
+      dsk_ptx::cp_async16(sA + swz128(a_r0 + 16 * q, a_c), v ? a_src + 16 * q * p.A_stride + (int64_t)kt * 128 : p.A, v);
+    }
+#pragma unroll
+    for (int q = 0; q < C::BQ; q++) {
+      const int r = b_r0 + C::BRS * q;
+      dsk_ptx::cp_async16(sB + (MX ? swz64(r, b_c) : swz128(r, b_c)),
+                          b_src + (int64_t)C::BRS * q * p.B_row + (int64_t)kt * C::BROW, true);
+    }
+    dsk_ptx::cp_async4(sSa + tid, s_row_ok ? p.sfa + (int64_t)(kt >> 2) * p.sfa_T4 + m0 + tid : p.sfa, s_row_ok);
+    dsk_ptx::cp_async4(sSb + tid, sfb_e + (int64_t)(MX ? kt : kt >> 2) * p.sfb_T4 + n0 + tid, true);
+  };
+
+  /* the ring's first STAGES - 1 stages, then (while they travel) the row
+   * and column maxima over the whole K */
+#pragma unroll
+  for (int s = 0; s < C::STAGES - 1; s++) {
+    if (s < KT) load_stage(s, s);
+    dsk_ptx::cp_async_commit();
+  }
+  {
+    const int kw = (KT + 3) / 4; /* packed words per row (and per FP8 column) */
+    int rx = 255;                /* a padding row: multipliers tiny, never written */
+    if (row_live(m0 + tid)) {
+      rx = 0;
+      const int32_t *src = p.sfa + m0 + tid;
+      for (int w = 0; w < kw; w++) rx = pf_byte_max((uint32_t)src[(int64_t)w * p.sfa_T4], KT - 4 * w, rx);
+    }
+    s_rx[tid] = rx;
+    int cx = 0;
+    const int32_t *src = sfb_e + n0 + tid;
+    if (MX) {
+      for (int w = 0; w < KT; w++) cx = pf_byte_max((uint32_t)src[(int64_t)w * p.sfb_T4], 4, cx);
+    } else {
+      for (int w = 0; w < kw; w++) cx = pf_byte_max((uint32_t)src[(int64_t)w * p.sfb_T4], KT - 4 * w, cx);
+    }
+    s_cx[tid] = cx;
+  }
+  __syncthreads();
+
+  /* the warp's live m16 slices (rows wm*64 + 16 i + g + 8 h), and the
+   * exponent biases of the thread's B multipliers (columns wn*64 + 8 j + g:
+   * 2^(kb - cx), MXFP4 2^(kb - cx + 14)); the rows' (2^(ka - rx)) are
+   * re-read from s_rx once per K tile (fewer live registers) */
+  int bbias[C::NT8];
+  unsigned live16 = 0;
+#pragma unroll
+  for (int i = 0; i < C::MT; i++) {
+    const int r = wm * C::WTM + 16 * i + g;
+    const bool any = row_live(m0 + r) || row_live(m0 + r + 8);
+    if (__any_sync(0xffffffffu, any)) live16 |= 1u << i;
+  }
+#pragma unroll
+  for (int j = 0; j < C::NT8; j++) bbias[j] = ((MX ? 141 : 127) - s_cx[wn * C::WTN + 8 * j + g]) * (1 << 23);
+
+  float acc[C::MT][C::NT8][4];
+#pragma unroll
+  for (int i = 0; i < C::MT; i++)
+#pragma unroll
+    for (int j = 0; j < C::NT8; j++)
+#pragma unroll
+      for (int q = 0; q < 4; q++) acc[i][j][q] = 0.f;
+
+  for (int kt = 0; kt < KT; kt++) {
+    dsk_ptx::cp_async_wait<C::STAGES - 2>();
+    __syncthreads(); /* stage kt visible to all; stage kt - 1 free */
+    {
+      const int nk = kt + C::STAGES - 1;
+      if (nk < KT) load_stage(nk % C::STAGES, nk);
+      dsk_ptx::cp_async_commit();
+    }
+    const uint8_t *sA = smem + (kt % C::STAGES) * C::STAGE;
+    const uint8_t *sB = sA + C::SA;
+    const uint32_t *sSa = reinterpret_cast<const uint32_t *>(sB + C::SB);
+    const uint32_t *sSb = sSa + C::BM;
+    const int sh = 8 * (kt & 3); /* this K tile's byte in the packed 1x128 / 128x128 words */
+
+    /* A multipliers of the K tile (live slices only; the others are never read) */
+    uint32_t am[C::MT][2];
+#pragma unroll
+    for (int i = 0; i < C::MT; i++) {
+      am[i][0] = am[i][1] = 0u;
+      if (!((live16 >> i) & 1u)) continue; /* warp-uniform */
+#pragma unroll
+      for (int h = 0; h < 2; h++) {
+        const int r = wm * C::WTM + 16 * i + g + 8 * h;
+        am[i][h] = pf_pow2_f16x2((sSa[r] >> sh) & 0xFFu, (127 - s_rx[r]) * (1 << 23));
+      }
+    }
+    /* B: the scale words of the warp's columns (MXFP4: 4 blocks; FP8: the
+     * multiplier of the K tile) */
+    uint32_t bw[C::NT8];
+#pragma unroll
+    for (int j = 0; j < C::NT8; j++) {
+      bw[j] = sSb[wn * C::WTN + 8 * j + g];
+      if (!MX) bw[j] = pf_pow2_f16x2((bw[j] >> sh) & 0xFFu, bbias[j]);
+    }
+
+#pragma unroll
+    for (int s = 0; s < 4; s++) { /* k32 step s of the tile (MXFP4: block s) */
+      uint32_t a[C::MT][2][4];
+#pragma unroll
+      for (int i = 0; i < C::MT; i++) {
+        if (!((live16 >> i) & 1u)) continue; /* warp-uniform; a[i] unused then */
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+          const int r = wm * C::WTM + 16 * i + g + 8 * h;
+          const uint2 v = *reinterpret_cast<const uint2 *>(sA + swz128(r, 2 * s + (t >> 1)) + 8 * (t & 1));
+          a_frag_f16<false>(v, a[i][0][h], a[i][0][2 + h], a[i][1][h], a[i][1][2 + h]);
+          a[i][0][h] = dsk_ptx::hmul2_u32(a[i][0][h], am[i][h]);
+          a[i][0][2 + h] = dsk_ptx::hmul2_u32(a[i][0][2 + h], am[i][h]);
+          a[i][1][h] = dsk_ptx::hmul2_u32(a[i][1][h], am[i][h]);
+          a[i][1][2 + h] = dsk_ptx::hmul2_u32(a[i][1][2 + h], am[i][h]);
+        }
+      }
+#pragma unroll
+      for (int jq = 0; jq < C::NT8; jq += 4) {
+        uint32_t w[4] = {0u, 0u, 0u, 0u};
+        if (MX) {
+          /* four n8 tiles' words: lane l gives row (jq + l / 8) * 8 + l % 8 of block s */
+          const int rr = wn * C::WTN + 8 * (jq + (lane >> 3)) + (lane & 7);
+          dsk_ptx::ldmatrix_x4(w, sB + swz64(rr, s));
+        }
+#pragma unroll
+        for (int q = 0; q < 4; q++) {
+          const int j = jq + q;
+          uint32_t b[2][2], m;
+          if (MX) {
+            b_frag_mx_f16(w[q], b[0][0], b[0][1], b[1][0], b[1][1]);
+            m = pf_pow2_f16x2((bw[j] >> (8 * s)) & 0xFFu, bbias[j]);
+          } else {
+            const uint2 v = *reinterpret_cast<const uint2 *>(sB + swz128(wn * C::WTN + 8 * j + g, 2 * s + (t >> 1)) +
+                                                             8 * (t & 1));
+            a_frag_f16<false>(v, b[0][0], b[0][1], b[1][0], b[1][1]);
+            m = bw[j];
+          }
+          b[0][0] = dsk_ptx::hmul2_u32(b[0][0], m);
+          b[0][1] = dsk_ptx::hmul2_u32(b[0][1], m);
+          b[1][0] = dsk_ptx::hmul2_u32(b[1][0], m);
+          b[1][1] = dsk_ptx::hmul2_u32(b[1][1], m);
+#pragma unroll
+          for (int i = 0; i < C::MT; i++) {
+            if (!((live16 >> i) & 1u)) continue;
+            dsk_ptx::mma_f16(acc[i][j], a[i][0], b[0][0], b[0][1]);
+            dsk_ptx::mma_f16(acc[i][j], a[i][1], b[1][0], b[1][1]);
+          }
+        }
+      }
+    }
+  }
+  dsk_ptx::cp_async_wait<0>(); /* only empty groups remain */
+
+  /* epilogue: D = bf16(acc * ue8m0(rx) * ue8m0(cx)) for live rows */
+#pragma unroll
+  for (int i = 0; i < C::MT; i++) {
+    if (!((live16 >> i) & 1u)) continue;
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+      const int rl = wm * C::WTM + 16 * i + g + 8 * h;
+      const int64_t r = m0 + rl;
+      if (!row_live(r)) continue; /* padding row: not written */
+      const float fr = ue8m0_exact((uint32_t)s_rx[rl]);
+      uint16_t *drow = p.D + r * p.D_stride;
+#pragma unroll
+      for (int j = 0; j < C::NT8; j++) {
+        const int cl = wn * C::WTN + 8 * j + 2 * t;
+        const int64_t c = n0 + cl;
+        const float v0 = acc[i][j][2 * h] * fr * ue8m0_exact((uint32_t)s_cx[cl]);
+        const float v1 = acc[i][j][2 * h + 1] * fr * ue8m0_exact((uint32_t)s_cx[cl + 1]);
+        const uint32_t lo = f32_to_bf16(v0), hi = f32_to_bf16(v1);
+        if (p.d_pair) {
+          *reinterpret_cast<uint32_t *>(drow + c) = lo | (hi << 16);
+        } else {
+          drow[c] = (uint16_t)lo;
+          drow[c + 1] = (uint16_t)hi;
+        }
+      }
+    }
+  }
+}
