@@ -1,6 +1,6 @@
 /* emu_moe_prefill.cc - the prefill-shaped MoE GEMM of
- * src/backend/cuda/moe_gemm_prefill.cuh (f16 path, BLOCK_M 128, BLOCK_N
- * 128), its exact source, run on the CPU through tests/emu/cuda_emu.h and
+ * src/backend/cuda/moe_gemm_prefill.cuh (f16 path, BLOCK_M 128 and 64,
+ * BLOCK_N 128), its exact source, run on the CPU through tests/emu/cuda_emu.h and
  * checked against the cpu-ref backend's dsk_moe_gemm (grouped) and
  * dsk_dense_fp8_gemm (dense) on the same inputs. Runs in CI, where there is
  * no GPU: it proves the operand and scale layouts of both weight formats,
@@ -46,11 +46,12 @@ float bf16f(uint16_t b) { return emu::bf16_to_f32(b); }
 
 struct Case {
   const char *name;
+  int bm;         /* BLOCK_M: 128 or 64 */
   bool mx;        /* MXFP4 weights, else FP8 */
   int64_t dense_m; /* > 0: a dense call of this many rows (the blocks' live masks unused) */
   int64_t N, K, EL;
-  /* per 128-row block: expert (-1 skipped, >= EL bad) and its live rows as
-   * two 64-bit masks (bit 0 of lo set for a live block) */
+  /* per BLOCK_M-row block: expert (-1 skipped, >= EL bad) and its live rows
+   * as two 64-bit masks (bit 0 of lo set for a live block; hi unused at 64) */
   int nblk;
   int32_t expert[4];
   uint64_t lo[4], hi[4];
@@ -61,17 +62,26 @@ struct Case {
   bool loose;       /* scales beyond the exact span: the diff metric only, no per-output bound */
 };
 
+template <int BM, bool MX>
+void launch(const Case &c, const GemmArgs &a, unsigned gx, unsigned gy) {
+  using C = Pf<BM, MX>;
+  EXPECT((size_t)C::SMEM <= sizeof smem, "%s: %d B of shared memory > the emulation's %zu", c.name, C::SMEM, sizeof smem);
+  if ((size_t)C::SMEM > sizeof smem) return;
+  emu::launch(gx, gy, C::THREADS, smem, (size_t)C::SMEM, [&] { moe_gemm_prefill_kernel<BM, MX>(a); });
+}
+
 bool run_case(dsk_ctx *cpu, const Case &c, uint64_t seed) {
   Rng r{seed | 1};
   const bool dense = c.dense_m > 0;
-  const int64_t M = dense ? c.dense_m : 128 * c.nblk;
+  const int bm = c.bm;
+  const int64_t M = dense ? c.dense_m : (int64_t)bm * c.nblk;
   const int64_t N = c.N, K = c.K, EL = dense ? 1 : c.EL;
   const int64_t As = K + 16, Ds = N + 6, sfk_a = K / 128, sfk_b = c.mx ? K / 32 : K / 128;
   std::vector<int32_t> mind((size_t)M, dense ? 0 : -1);
   if (!dense)
     for (int b = 0; b < c.nblk; b++)
-      for (int i = 0; i < 128; i++)
-        if (((i < 64 ? c.lo[b] >> i : c.hi[b] >> (i - 64)) & 1u)) mind[(size_t)(128 * b + i)] = c.expert[b];
+      for (int i = 0; i < bm; i++)
+        if (((i < 64 ? c.lo[b] >> i : c.hi[b] >> (i - 64)) & 1u)) mind[(size_t)(bm * b + i)] = c.expert[b];
   std::vector<uint8_t> A((size_t)(M * As)), B((size_t)(EL * N * (c.mx ? K / 2 : K)));
   for (int64_t i = 0; i < M; i++)
     for (int64_t k = 0; k < As; k++) {
@@ -102,7 +112,7 @@ bool run_case(dsk_ctx *cpu, const Case &c, uint64_t seed) {
   d.N = N;
   d.K = K;
   d.E_local = EL;
-  d.A_used = 128;
+  d.A_used = bm;
   d.A = A.data();
   d.A_stride = As;
   d.sfa.words = sfa.data();
@@ -119,12 +129,12 @@ bool run_case(dsk_ctx *cpu, const Case &c, uint64_t seed) {
   d.D_stride = Ds;
   d.tactic.op = DSK_OP_MOE_GEMM;
   d.tactic.version = DSK_MOE_GEMM_TACTIC_VERSION;
-  d.tactic.v[0] = 128;
+  d.tactic.v[0] = bm;
   d.tactic.v[1] = 128;
   d.tactic.v[2] = 1;
   d.D = reinterpret_cast<dsk_bf16 *>(Dx.data());
   d.counters = &cnt_x;
-  GemmArgs a = grouped_args(&d, 128);
+  GemmArgs a = grouped_args(&d, bm);
   if (dense) { /* as dsk__cuda_dense_fp8_gemm */
     a.sfa_T4 = (M + 3) / 4 * 4;
     a.m_indices = nullptr;
@@ -132,17 +142,16 @@ bool run_case(dsk_ctx *cpu, const Case &c, uint64_t seed) {
     a.B_group = 0;
     a.sfb_group = 0;
     a.M = M;
-    a.bm = 128;
+    a.bm = bm;
     a.E_local = 1;
-    a.mblocks = (M + 127) / 128;
+    a.mblocks = (M + bm - 1) / bm;
     a.counters = nullptr;
   }
-  const size_t bytes = (size_t)(c.mx ? Pf<true>::SMEM : Pf<false>::SMEM);
-  EXPECT(bytes <= sizeof smem, "%s: %zu B of shared memory > the emulation's %zu", c.name, bytes, sizeof smem);
-  if (bytes > sizeof smem) return false;
   const unsigned gx = (unsigned)(N / 128), gy = (unsigned)a.mblocks;
-  if (c.mx) emu::launch(gx, gy, 128, smem, bytes, [&] { moe_gemm_prefill_kernel<true>(a); });
-  else emu::launch(gx, gy, 128, smem, bytes, [&] { moe_gemm_prefill_kernel<false>(a); });
+  if (bm == 128 && c.mx) launch<128, true>(c, a, gx, gy);
+  else if (bm == 128) launch<128, false>(c, a, gx, gy);
+  else if (c.mx) launch<64, true>(c, a, gx, gy);
+  else launch<64, false>(c, a, gx, gy);
 
   /* the reference */
   dsk_status st;
@@ -166,7 +175,7 @@ bool run_case(dsk_ctx *cpu, const Case &c, uint64_t seed) {
     e.D_stride = Ds;
     e.tactic.op = DSK_OP_MOE_DENSE_GEMM;
     e.tactic.version = DSK_DENSE_GEMM_TACTIC_VERSION;
-    e.tactic.v[0] = 128;
+    e.tactic.v[0] = bm;
     e.tactic.v[1] = 128;
     e.tactic.v[2] = 1;
     st = dsk_dense_fp8_gemm_plan(cpu, &e, &pi);
@@ -190,7 +199,7 @@ bool run_case(dsk_ctx *cpu, const Case &c, uint64_t seed) {
   double sxy = 0, s2 = 0, worst = 0;
   int64_t n = 0, touched = 0, bad = 0, nan_ok = 0, nan_bad = 0;
   for (int64_t row = 0; row < M; row++) {
-    const int32_t e = dense ? 0 : mind[(size_t)(row / 128 * 128)];
+    const int32_t e = dense ? 0 : mind[(size_t)(row / bm * bm)];
     const bool written = dense || (e >= 0 && e < EL && mind[(size_t)row] >= 0);
     for (int64_t col = 0; col < Ds; col++) {
       const uint16_t x = Dx[(size_t)(row * Ds + col)], y = Dr[(size_t)(row * Ds + col)];
@@ -238,30 +247,38 @@ bool run_case(dsk_ctx *cpu, const Case &c, uint64_t seed) {
 int main() {
   const uint64_t F = ~0ull, L1 = 1ull, L9 = 0x1F1ull | (1ull << 40) | (1ull << 63);
   const uint64_t L20 = (1ull << 20) - 1;
-  /* name, MXFP4, dense M, N, K, EL, blocks, experts, live lo, live hi, A scales, B scales, NaN row, NaN column,
+  /* name, BLOCK_M, MXFP4, dense M, N, K, EL, blocks, experts, live lo, live hi, A scales, B scales, NaN row, NaN column,
    * loose (diff metric only) */
   const Case cases[] = {
-      {"MX: full block, gappy block, -1; K 512 (ring wraps)", true, 0, 256, 512, 3, 3, {0, 2, -1}, {F, L9, 0},
+      {"MX: full block, gappy block, -1; K 512 (ring wraps)", 128, true, 0, 256, 512, 3, 3, {0, 2, -1}, {F, L9, 0},
        {F, L1 << 5, 0}, 119, 123, 117, 121, -1, -1},
-      {"MX: bad expert, 1-row block; K 384 (3-byte scale word)", true, 0, 128, 384, 2, 3, {1, 5, 0}, {L9, F, L1},
+      {"MX: bad expert, 1-row block; K 384 (3-byte scale word)", 128, true, 0, 128, 384, 2, 3, {1, 5, 0}, {L9, F, L1},
        {0, F, 0}, 119, 123, 117, 121, -1, -1},
-      {"MX: K 128 (one K tile), rows only in the top half", true, 0, 128, 128, 1, 1, {0}, {0x8000000000000001ull}, {0},
+      {"MX: K 128 (one K tile), rows only in the top half", 128, true, 0, 128, 128, 1, 1, {0}, {0x8000000000000001ull}, {0},
        119, 123, 117, 121, -1, -1},
-      {"MX: A scales span 15 binades, B 23 (still exact)", true, 0, 128, 640, 2, 2, {1, 0}, {F, L20}, {F, 0}, 110, 125,
+      {"MX: A scales span 15 binades, B 23 (still exact)", 128, true, 0, 128, 640, 2, 2, {1, 0}, {F, L20}, {F, 0}, 110, 125,
        100, 123, -1, -1},
-      {"MX: B scale bytes down to 0 (2^-127)", true, 0, 128, 256, 1, 1, {0}, {F}, {F}, 119, 123, 0, 3, -1, -1},
-      {"MX: B bytes 0..200, A 0..40: far blocks vanish, no -Inf", true, 0, 128, 512, 1, 1, {0}, {F}, {F}, 0, 40, 0,
+      {"MX: B scale bytes down to 0 (2^-127)", 128, true, 0, 128, 256, 1, 1, {0}, {F}, {F}, 119, 123, 0, 3, -1, -1},
+      {"MX: B bytes 0..200, A 0..40: far blocks vanish, no -Inf", 128, true, 0, 128, 512, 1, 1, {0}, {F}, {F}, 0, 40, 0,
        200, -1, -1, true},
-      {"MX: NaN scale (0xFF) in one row and one column", true, 0, 256, 256, 1, 1, {0}, {F}, {F}, 119, 123, 117, 121, 5,
+      {"MX: NaN scale (0xFF) in one row and one column", 128, true, 0, 256, 256, 1, 1, {0}, {F}, {F}, 119, 123, 117, 121, 5,
        130},
-      {"FP8: full block, gappy block, -1; K 640 (partial word)", false, 0, 256, 640, 3, 3, {2, 0, -1}, {F, L9, 0},
+      {"FP8: full block, gappy block, -1; K 640 (partial word)", 128, false, 0, 256, 640, 3, 3, {2, 0, -1}, {F, L9, 0},
        {F, L1 << 7, 0}, 119, 123, 117, 121, -1, -1},
-      {"FP8: bad expert; K 256", false, 0, 128, 256, 2, 2, {7, 1}, {L1, L20}, {0, F}, 119, 123, 117, 121, -1, -1},
-      {"FP8: A and B scales span 15 binades", false, 0, 128, 512, 1, 1, {0}, {F}, {F}, 105, 120, 110, 125, -1, -1},
-      {"FP8: NaN scale (0xFF) in one row and one column", false, 0, 128, 256, 1, 1, {0}, {F}, {F}, 119, 123, 117, 121,
+      {"FP8: bad expert; K 256", 128, false, 0, 128, 256, 2, 2, {7, 1}, {L1, L20}, {0, F}, 119, 123, 117, 121, -1, -1},
+      {"FP8: A and B scales span 15 binades", 128, false, 0, 128, 512, 1, 1, {0}, {F}, {F}, 105, 120, 110, 125, -1, -1},
+      {"FP8: NaN scale (0xFF) in one row and one column", 128, false, 0, 128, 256, 1, 1, {0}, {F}, {F}, 119, 123, 117, 121,
        77, 3},
-      {"dense FP8: M 130 (second block 2 rows), K 384", false, 130, 256, 384, 1, 0, {0}, {0}, {0}, 119, 123, 117, 121,
+      {"dense FP8: M 130 (second block 2 rows), K 384", 128, false, 130, 256, 384, 1, 0, {0}, {0}, {0}, 119, 123, 117, 121,
        -1, -1},
+      /* BLOCK_M 64 (2 warps): DSv4-Pro's alignment at prefill sizes */
+      {"BM 64 MX: full, gappy, -1, bad; K 512", 64, true, 0, 256, 512, 3, 4, {0, 2, -1, 9}, {F, L9, 0, L1}, {0, 0, 0, 0},
+       119, 123, 117, 121, -1, -1},
+      {"BM 64 MX: NaN scale in one row and one column; K 384", 64, true, 0, 128, 384, 1, 2, {0, 0}, {F, L20}, {0, 0},
+       119, 123, 117, 121, 70, 9},
+      {"BM 64 FP8: gappy, full; K 640", 64, false, 0, 256, 640, 2, 2, {1, 0}, {L9, F}, {0, 0}, 110, 125, 110, 125,
+       -1, -1},
+      {"dense BM 64 FP8: M 37, K 256", 64, false, 37, 128, 256, 1, 0, {0}, {0}, {0}, 119, 123, 117, 121, -1, -1},
   };
   return emu_test::run_cases("emu_moe_prefill", cases, 0x9f11000u, run_case);
 }

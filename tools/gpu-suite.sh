@@ -58,16 +58,16 @@ for what in "${@:-all}"; do
       run racecheck_sm120 env DSK_TEST_AS_SM120=1 compute-sanitizer --tool racecheck --error-exitcode 9 "$B/dsk" check \
         --device cuda:0 --quick --only sparse_mla
       # the skinny MoE GEMM's warp slices meet in shared memory
-      run racecheck_moe compute-sanitizer --tool racecheck --error-exitcode 9 "$B/dsk" check --device cuda:0 --quick \
+      run racecheck_moe timeout 300 compute-sanitizer --tool racecheck --error-exitcode 9 "$B/dsk" check --device cuda:0 --quick \
         --only moe ;;&
     check-moe)
       # not part of `all` (which covers it): the MoE checks alone, for MoE changes
       run ctest_moe env DSK_TEST_DEVICE=cuda:0 ctest --test-dir "$B" --output-on-failure -R 'test_moe|emu_moe'
       run check_moe_sm90 "$B/dsk" check --device cuda:0 --only moe --quick
       run check_moe_sm120 env DSK_TEST_AS_SM120=1 "$B/dsk" check --device cuda:0 --only moe --quick
-      run memcheck_moe compute-sanitizer --tool memcheck --error-exitcode 9 "$B/dsk" check --device cuda:0 --quick \
+      run memcheck_moe timeout 300 compute-sanitizer --tool memcheck --error-exitcode 9 "$B/dsk" check --device cuda:0 --quick \
         --only moe
-      run racecheck_moe compute-sanitizer --tool racecheck --error-exitcode 9 "$B/dsk" check --device cuda:0 --quick \
+      run racecheck_moe timeout 300 compute-sanitizer --tool racecheck --error-exitcode 9 "$B/dsk" check --device cuda:0 --quick \
         --only moe ;;&
     ncu-prefill)
       # not part of `all`: Nsight Compute (full set, clocks left alone) of

@@ -293,11 +293,17 @@ dsk_status dsk_moe_plan(dsk_ctx *ctx, const dsk_moe_desc *desc, dsk_plan_info *i
 }
 
 /* DSK_MOE_FORK_EARLY (compile-time; default 1; docs/benchmarks.md "MoE
- * v13"): with aux_stream and the backend's fused prologue, the shared
- * expert forks before the router and quantizes x on aux itself. 0 = the
- * fork after step 2 always (the A/B baseline). */
+ * v13"): with aux_stream and the backend's fused prologue, calls of at
+ * most DSK_MOE_FORK_EARLY_MAX_T tokens fork the shared expert before the
+ * router, and it quantizes x on aux itself. 0 = the fork after step 2
+ * always (the A/B baseline). Measured on an H100: layer+aux 0.92-0.95x at
+ * T 1 (the shared expert's latency chain beside the router's), 1.01-1.02x
+ * at T 16 (DSv4-Flash, -Pro), hence the bound. */
 #ifndef DSK_MOE_FORK_EARLY
 #define DSK_MOE_FORK_EARLY 1
+#endif
+#ifndef DSK_MOE_FORK_EARLY_MAX_T
+#define DSK_MOE_FORK_EARLY_MAX_T 4
 #endif
 
 static int64_t *cnt(const dsk_moe_desc *d, int i) { return d->counters ? d->counters + i : NULL; }
@@ -397,7 +403,7 @@ dsk_status dsk_moe_run(dsk_ctx *ctx, const dsk_moe_desc *desc) {
     TRY(ctx->backend->moe_prologue(ctx, &a, &fuse));
     a.dry = 0;
   }
-  early = DSK_MOE_FORK_EARLY && aux && fuse;
+  early = DSK_MOE_FORK_EARLY && aux && fuse && T <= DSK_MOE_FORK_EARLY_MAX_T;
   if (early) {
     TRY(ctx->backend->stream_join(ctx, d->aux_stream, d->stream));
     forked = 1;

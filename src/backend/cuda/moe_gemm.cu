@@ -641,21 +641,24 @@ dsk_status launch_tiled(const dsk_ctx *ctx, const GemmArgs &a, cudaStream_t s, c
 #include "moe_gemm_skinny.cuh"
 #include "moe_gemm_prefill.cuh"
 
-/* The prefill kernel (moe_gemm_prefill.cuh) for a tiled call on the f16
- * path at BLOCK_M 128, BLOCK_N 128, split 1 (DSK_MOE_PREFILL). */
-template <bool MX>
+/* The prefill kernel (moe_gemm_prefill.cuh) at BLOCK_M BM. */
+template <int BM, bool MX>
 dsk_status launch_prefill(const dsk_ctx *ctx, const GemmArgs &a, cudaStream_t s, const char *what) {
-  using C = Pf<MX>;
+  using C = Pf<BM, MX>;
   const dsk_cuda_state *st = dsk__cuda_state(ctx);
   if (C::SMEM > st->smem_optin)
     return dsk__fail(DSK_STATUS_UNSUPPORTED, "%s: the prefill kernel needs %d B of shared memory, device allows %lld",
                      what, C::SMEM, (long long)st->smem_optin);
-  DSK_CUDA_TRY(what, cudaFuncSetAttribute(moe_gemm_prefill_kernel<MX>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+  DSK_CUDA_TRY(what, cudaFuncSetAttribute(moe_gemm_prefill_kernel<BM, MX>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                           C::SMEM));
   const int64_t gy = a.mblocks < 65535 ? a.mblocks : 65535, gz = (a.mblocks + 65534) / 65535;
   const dim3 grid(dsk__ceil_div_u(a.N, C::BN), (unsigned)gy, (unsigned)gz);
-  DSK_CUDA_TRY(what, moe_launch(moe_gemm_prefill_kernel<MX>, grid, dim3(C::THREADS), (size_t)C::SMEM, s, a));
+  DSK_CUDA_TRY(what, moe_launch(moe_gemm_prefill_kernel<BM, MX>, grid, dim3(C::THREADS), (size_t)C::SMEM, s, a));
   return DSK_STATUS_OK;
+}
+dsk_status launch_prefill(const dsk_ctx *ctx, const GemmArgs &a, cudaStream_t s, bool mx, int bm, const char *what) {
+  if (bm == 64) return mx ? launch_prefill<64, true>(ctx, a, s, what) : launch_prefill<64, false>(ctx, a, s, what);
+  return mx ? launch_prefill<128, true>(ctx, a, s, what) : launch_prefill<128, false>(ctx, a, s, what);
 }
 
 /* DSK_MOE_SK_TPC (compile-time): column tiles per CTA of the skinny kernel
@@ -871,13 +874,40 @@ dsk_status use_f16_path(int device, bool *f16, const char *what) {
   return DSK_STATUS_OK;
 }
 
+/* Grouped calls at BLOCK_M 64 go to the prefill kernel instead of the
+ * decode-shaped one from this many expected rows per local expert on
+ * (expected_m / E_local; DSv4-Pro's alignment is 64 at prefill sizes:
+ * 64 rows per expert at T 4096). Below it the skinny kernel streams the
+ * weights of blocks with few live rows; 32 is half a block (between 2,
+ * T 128, and 64, T 4096, unmeasured). */
+constexpr int64_t kPfMinRowsPerExpert = 32;
+
+/* Whether the prefill kernel serves a call (DSK_MOE_PREFILL; the f16 path;
+ * BLOCK_N 128, split 1, 16-byte aligned operands): BLOCK_M 128, and BLOCK_M
+ * 64 for grouped calls of at least kPfMinRowsPerExpert expected rows per
+ * expert and dense calls the skinny kernel does not take (more than
+ * kSkDenseMaxRows rows). Deterministic in the descriptor and tactic. */
+dsk_status prefill_serves(const dsk_ctx *ctx, const GemmArgs &a, int bm, int bn, int64_t expected_m, bool *serves,
+                          const char *what) {
+  *serves = false;
+  if (!DSK_MOE_PREFILL || bn != 128 || a.ksplit != 1 || a.N % 128 != 0) return DSK_STATUS_OK;
+  if (bm == 64) {
+    const bool grouped = a.m_indices != nullptr;
+    if (grouped ? expected_m < kPfMinRowsPerExpert * a.E_local : a.M <= kSkDenseMaxRows) return DSK_STATUS_OK;
+  } else if (bm != 128) {
+    return DSK_STATUS_OK;
+  }
+  bool f16 = false;
+  const dsk_status st = use_f16_path(dsk__cuda_state(ctx)->device, &f16, what);
+  *serves = f16;
+  return st;
+}
+
 template <bool MX>
 dsk_status launch_path(const dsk_ctx *ctx, const GemmArgs &a, cudaStream_t s, int bm, int bn, const char *what) {
   bool f16 = false;
   const dsk_status st = use_f16_path(dsk__cuda_state(ctx)->device, &f16, what);
   if (st != DSK_STATUS_OK) return st;
-  if (f16 && DSK_MOE_PREFILL && bm == 128 && bn == 128 && a.ksplit == 1 && a.N % 128 == 0)
-    return launch_prefill<MX>(ctx, a, s, what);
   return f16 ? launch_bn<MX, true>(ctx, a, s, bm, bn, what) : launch_bn<MX, false>(ctx, a, s, bm, bn, what);
 }
 
@@ -896,6 +926,10 @@ extern "C" dsk_status dsk__cuda_moe_gemm(dsk_ctx *ctx, const dsk_moe_gemm_desc *
   GemmArgs a = grouped_args(d, bm);
   split_setup(&a, t, d->workspace);
   if (!aligned16(d->A) || (d->A_stride & 15) != 0 || !aligned16(d->B)) return launch_simple(a, s, mx, what);
+  bool pf = false;
+  const dsk_status pst = prefill_serves(ctx, a, bm, bn, d->expected_m, &pf, what);
+  if (pst != DSK_STATUS_OK) return pst;
+  if (pf) return launch_prefill(ctx, a, s, mx, bm, what);
   const SkPick pk = skinny_pick(ctx, a, mx, bm, bn);
   if (pk.ring) {
     a.tpc = sk_tpc(ctx, d, mx, bn, a, pk);
@@ -947,6 +981,10 @@ extern "C" dsk_status dsk__cuda_dense_fp8_gemm(dsk_ctx *ctx, const dsk_dense_gem
   a.tpc = 1;
   split_setup(&a, t, d->workspace);
   if (!aligned16(d->A) || (d->A_stride & 15) != 0 || !aligned16(d->B)) return launch_simple(a, s, 0, what);
+  bool pf = false;
+  const dsk_status pst = prefill_serves(ctx, a, bm, bn, 0, &pf, what);
+  if (pst != DSK_STATUS_OK) return pst;
+  if (pf) return launch_prefill(ctx, a, s, false, bm, what);
   const SkPick pk = skinny_pick(ctx, a, false, bm, bn);
   if (pk.ring) return launch_skinny(a, s, false, bn, pk, what);
   return launch_path<false>(ctx, a, s, bm, bn, what);

@@ -66,22 +66,28 @@
 #define DSK_MOE_PREFILL 1
 #endif
 
-template <bool MX>
+template <int BM_, bool MX>
 struct Pf {
-  static constexpr int BM = 128, BN = 128, THREADS = 128;
-  static constexpr int WTM = 64, WTN = 64; /* warp tile; warps 2 x 2 */
+  static constexpr int BM = BM_, BN = 128;
+  static constexpr int WTM = 64, WTN = 64; /* warp tile */
+  static constexpr int WM = BM / WTM, WN = BN / WTN, THREADS = 32 * WM * WN;
   static constexpr int MT = WTM / 16, NT8 = WTN / 8;
   static constexpr int BROW = MX ? 64 : 128; /* B bytes per row per K tile */
   static constexpr int SA = BM * 128, SB = BN * BROW, SSA = BM * 4, SSB = BN * 4;
   static constexpr int STAGE = SA + SB + SSA + SSB;
-  static constexpr int STAGES = MX ? 3 : 2;
-  static constexpr int SMEM = STAGES * STAGE + (BM + BN) * 4; /* + the row and column maxima */
+  static constexpr int MAXES = (BM + BN) * 4; /* the row and column maxima */
+  static constexpr int FIT = (DSK_SM120_SMEM_LIMIT - MAXES) / STAGE;
+  static constexpr int STAGES = FIT < 3 ? FIT : 3;
+  static constexpr int SMEM = STAGES * STAGE + MAXES;
+  static constexpr int CTAS = 256 / THREADS; /* per SM on sm_90: the register bound (255 a thread) */
   /* loaders: a warp-wide copy takes whole row pieces */
+  static constexpr int ARS = THREADS / 8;     /* A rows per copy round */
   static constexpr int BCPR = BROW / 16;      /* B chunks per row: 4 or 8 */
-  static constexpr int BRS = THREADS / BCPR;  /* B rows per copy round: 32 or 16 */
-  static constexpr int BQ = BN / BRS;         /* B copies per thread: 4 or 8 */
-  static_assert(SMEM <= DSK_SM120_SMEM_LIMIT, "shared memory budget (SM120: 99 KB)");
-  static_assert(STAGE % 16 == 0 && BM == THREADS && BN == THREADS, "layout");
+  static constexpr int BRS = THREADS / BCPR;  /* B rows per copy round */
+  static constexpr int BQ = BN / BRS;         /* B copies per thread */
+  static_assert(BM == 64 || BM == 128, "BLOCK_M");
+  static_assert(STAGES >= 2 && SMEM <= DSK_SM120_SMEM_LIMIT, "shared memory budget (SM120: 99 KB)");
+  static_assert(STAGE % 16 == 0 && BM == THREADS && BN % THREADS == 0 && BM / ARS == 8, "layout");
 };
 
 /* f16x2 (m, m), m = the fp32 whose bits are byte * 2^23 + bias23 (i.e.
@@ -104,14 +110,14 @@ __device__ __forceinline__ int pf_byte_max(uint32_t w, int nb, int m) {
   return m;
 }
 
-template <bool MX>
-__global__ void __launch_bounds__(128, 2) moe_gemm_prefill_kernel(const GemmArgs p) {
+template <int BM, bool MX>
+__global__ void __launch_bounds__(Pf<BM, MX>::THREADS, Pf<BM, MX>::CTAS) moe_gemm_prefill_kernel(const GemmArgs p) {
   dsk_ptx::pdl_wait(); /* before any global access (launched with PDL) */
-  using C = Pf<MX>;
+  using C = Pf<BM, MX>;
   extern __shared__ __align__(128) uint8_t smem[];
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int g = lane >> 2, t = lane & 3;
-  const int wm = warp >> 1, wn = warp & 1;
+  const int wm = warp / C::WN, wn = warp % C::WN;
   const int64_t n0 = (int64_t)blockIdx.x * C::BN;
   const int64_t mb = (int64_t)blockIdx.z * 65535 + blockIdx.y;
   if (mb >= p.mblocks) return;
@@ -131,12 +137,13 @@ __global__ void __launch_bounds__(128, 2) moe_gemm_prefill_kernel(const GemmArgs
   int *s_cx = s_rx + C::BM;
   const int KT = p.KT;
 
-  /* loaders. A: chunk tid & 7 of rows (tid >> 3) + 16 q; B: chunk tid %
-   * BCPR of rows tid / BCPR + BRS q; scale words: row tid, column tid */
+  /* loaders. A: chunk tid & 7 of rows (tid >> 3) + ARS q; B: chunk tid %
+   * BCPR of rows tid / BCPR + BRS q; scale words: row tid, columns tid +
+   * THREADS c */
   const int a_c = tid & 7, a_r0 = tid >> 3;
   unsigned a_live = 0;
 #pragma unroll
-  for (int q = 0; q < 8; q++) a_live |= (row_live(m0 + a_r0 + 16 * q) ? 1u : 0u) << q;
+  for (int q = 0; q < 8; q++) a_live |= (row_live(m0 + a_r0 + C::ARS * q) ? 1u : 0u) << q;
   const uint8_t *a_src = p.A + (m0 + a_r0) * p.A_stride + a_c * 16;
   const int b_c = tid % C::BCPR, b_r0 = tid / C::BCPR;
   const uint8_t *b_src = p.B + e * p.B_group + (n0 + b_r0) * p.B_row + b_c * 16;
@@ -151,7 +158,8 @@ __global__ void __launch_bounds__(128, 2) moe_gemm_prefill_kernel(const GemmArgs
 #pragma unroll
     for (int q = 0; q < 8; q++) {
       const bool v = (a_live >> q) & 1u;
-      dsk_ptx::cp_async16(sA + swz128(a_r0 + 16 * q, a_c), v ? a_src + 16 * q * p.A_stride + (int64_t)kt * 128 : p.A, v);
+      dsk_ptx::cp_async16(sA + swz128(a_r0 + C::ARS * q, a_c),
+                          v ? a_src + (int64_t)C::ARS * q * p.A_stride + (int64_t)kt * 128 : p.A, v);
     }
 #pragma unroll
     for (int q = 0; q < C::BQ; q++) {
@@ -160,7 +168,9 @@ __global__ void __launch_bounds__(128, 2) moe_gemm_prefill_kernel(const GemmArgs
                           b_src + (int64_t)C::BRS * q * p.B_row + (int64_t)kt * C::BROW, true);
     }
     dsk_ptx::cp_async4(sSa + tid, s_row_ok ? p.sfa + (int64_t)(kt >> 2) * p.sfa_T4 + m0 + tid : p.sfa, s_row_ok);
-    dsk_ptx::cp_async4(sSb + tid, sfb_e + (int64_t)(MX ? kt : kt >> 2) * p.sfb_T4 + n0 + tid, true);
+#pragma unroll
+    for (int c = tid; c < C::BN; c += C::THREADS)
+      dsk_ptx::cp_async4(sSb + c, sfb_e + (int64_t)(MX ? kt : kt >> 2) * p.sfb_T4 + n0 + c, true);
   };
 
   /* the ring's first STAGES - 1 stages, then (while they travel) the row
@@ -176,17 +186,22 @@ __global__ void __launch_bounds__(128, 2) moe_gemm_prefill_kernel(const GemmArgs
     if (row_live(m0 + tid)) {
       rx = 0;
       const int32_t *src = p.sfa + m0 + tid;
+#pragma unroll 8 /* the loads of 8 words in flight together, not one round trip each */
       for (int w = 0; w < kw; w++) rx = pf_byte_max((uint32_t)src[(int64_t)w * p.sfa_T4], KT - 4 * w, rx);
     }
     s_rx[tid] = rx;
-    int cx = 0;
-    const int32_t *src = sfb_e + n0 + tid;
-    if (MX) {
-      for (int w = 0; w < KT; w++) cx = pf_byte_max((uint32_t)src[(int64_t)w * p.sfb_T4], 4, cx);
-    } else {
-      for (int w = 0; w < kw; w++) cx = pf_byte_max((uint32_t)src[(int64_t)w * p.sfb_T4], KT - 4 * w, cx);
+    for (int c = tid; c < C::BN; c += C::THREADS) {
+      int cx = 0;
+      const int32_t *src = sfb_e + n0 + c;
+      if (MX) {
+#pragma unroll 8
+        for (int w = 0; w < KT; w++) cx = pf_byte_max((uint32_t)src[(int64_t)w * p.sfb_T4], 4, cx);
+      } else {
+#pragma unroll 8
+        for (int w = 0; w < kw; w++) cx = pf_byte_max((uint32_t)src[(int64_t)w * p.sfb_T4], KT - 4 * w, cx);
+      }
+      s_cx[c] = cx;
     }
-    s_cx[tid] = cx;
   }
   __syncthreads();
 
