@@ -101,29 +101,31 @@ for what in "${@:-all}"; do
           run bench_moe_skinny_$i env DSK_AUTOTUNE=0 DSK_AUTOTUNE_CACHE=off "$B/dsk" bench moe --device cuda:0 --max-t 128
         done ;;&
     ab-build|ab-moe)
-      # not part of `all`: a variant build "$B-ab" with DSK_AB_FLAGS (given
-      # to both the C and the CUDA compiler, e.g. "-DDSK_MOE_FORK_EARLY=0")
-      # beside the default build "$B", and the variant's quick MoE harness on
-      # both tables
-      run cmake_ab cmake -S . -B "$B-ab" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES="$ARCHS" \
+      # not part of `all`: a variant build "$B-$DSK_AB_TAG" (tag default ab)
+      # with DSK_AB_FLAGS (given to both the C and the CUDA compiler, e.g.
+      # "-DDSK_MOE_FORK_EARLY=0") beside the default build "$B", and the
+      # variant's quick MoE harness on both tables
+      tag=${DSK_AB_TAG:-ab}
+      run cmake_$tag cmake -S . -B "$B-$tag" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES="$ARCHS" \
         -DCMAKE_CUDA_FLAGS="${DSK_AB_FLAGS:?set DSK_AB_FLAGS}" -DCMAKE_C_FLAGS="$DSK_AB_FLAGS" ${DSK_CMAKE_FLAGS:-} &&
-        run build_ab cmake --build "$B-ab" -j "$(nproc)" --target dsk_cli &&
-        run check_ab_moe "$B-ab/dsk" check --device cuda:0 --only moe --quick &&
-        run check_ab_moe_sm120 env DSK_TEST_AS_SM120=1 "$B-ab/dsk" check --device cuda:0 --only moe --quick ;;&
+        run build_$tag cmake --build "$B-$tag" -j "$(nproc)" --target dsk_cli &&
+        run check_${tag}_moe "$B-$tag/dsk" check --device cuda:0 --only moe --quick &&
+        run check_${tag}_moe_sm120 env DSK_TEST_AS_SM120=1 "$B-$tag/dsk" check --device cuda:0 --only moe --quick ;;&
     ab-bench|ab-moe)
       # not part of `all`: `dsk bench moe ARGS` of the default build and the
-      # variant, alternated, for each ARGS of DSK_AB_BENCH (sets separated by
+      # variant "$B-$DSK_AB_TAG", alternated, for each ARGS of DSK_AB_BENCH (sets separated by
       # '|'), DSK_AB_ROUNDS rounds (default 2; logs numbered from
       # DSK_AB_ROUND0, default 1); docs/benchmarks.md takes the lower median
+      tag=${DSK_AB_TAG:-ab}
       IFS='|' read -ra ab_sets <<< "${DSK_AB_BENCH:-}"
       [ ${#ab_sets[@]} -eq 0 ] && ab_sets=("")
       r0=${DSK_AB_ROUND0:-1}
       for ((i = r0; i < r0 + ${DSK_AB_ROUNDS:-2}; i++)); do
         for k in "${!ab_sets[@]}"; do
           # shellcheck disable=SC2086
-          run bench_moe_default_${k}_$i env DSK_AUTOTUNE=0 DSK_AUTOTUNE_CACHE=off "$B/dsk" bench moe --device cuda:0 ${ab_sets[$k]}
+          run bench_moe_default_${tag}_${k}_$i env DSK_AUTOTUNE=0 DSK_AUTOTUNE_CACHE=off "$B/dsk" bench moe --device cuda:0 ${ab_sets[$k]}
           # shellcheck disable=SC2086
-          run bench_moe_ab_${k}_$i env DSK_AUTOTUNE=0 DSK_AUTOTUNE_CACHE=off "$B-ab/dsk" bench moe --device cuda:0 ${ab_sets[$k]}
+          run bench_moe_${tag}_${k}_$i env DSK_AUTOTUNE=0 DSK_AUTOTUNE_CACHE=off "$B-$tag/dsk" bench moe --device cuda:0 ${ab_sets[$k]}
         done
       done ;;&
     ab-regcvt)

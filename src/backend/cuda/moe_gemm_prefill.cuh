@@ -59,11 +59,20 @@
  * dense: rows >= M) are zero-filled, never written. N is a multiple of 128
  * (validated), so every column of a CTA exists. */
 
-/* DSK_MOE_PREFILL (compile-time; default 1): the tiled calls this kernel
- * serves (f16 path, BLOCK_M 128, BLOCK_N 128, split 1) run it; 0 keeps them
- * on the tiled kernel (the A/B baseline). */
+/* DSK_MOE_PREFILL (compile-time; default 1): the calls this kernel serves
+ * (moe_gemm.cu, prefill_serves) run it; 0 keeps them on the tiled and
+ * skinny kernels (the A/B baseline). */
 #ifndef DSK_MOE_PREFILL
 #define DSK_MOE_PREFILL 1
+#endif
+/* DSK_MOE_PF_INTERLEAVE (compile-time; default 1): at BLOCK_M 128 warp row
+ * wm takes the m16 slices 2 i + wm (i = 0..3) instead of 4 wm + i. A
+ * block's live rows are its first ones (the permute fills a segment from
+ * its top), so a block of 96 live rows gives both warp rows 3 live slices
+ * instead of 4 and 2; each K tile's barrier waits for the slower warp. 0 =
+ * contiguous slices (the A/B baseline). */
+#ifndef DSK_MOE_PF_INTERLEAVE
+#define DSK_MOE_PF_INTERLEAVE 1
 #endif
 
 template <int BM_, bool MX>
@@ -118,6 +127,8 @@ __global__ void __launch_bounds__(Pf<BM, MX>::THREADS, Pf<BM, MX>::CTAS) moe_gem
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int g = lane >> 2, t = lane & 3;
   const int wm = warp / C::WN, wn = warp % C::WN;
+  /* first row of the warp's m16 slice i (DSK_MOE_PF_INTERLEAVE) */
+  auto slice0 = [&](int i) { return DSK_MOE_PF_INTERLEAVE ? 16 * (C::WM * i + wm) : wm * C::WTM + 16 * i; };
   const int64_t n0 = (int64_t)blockIdx.x * C::BN;
   const int64_t mb = (int64_t)blockIdx.z * 65535 + blockIdx.y;
   if (mb >= p.mblocks) return;
@@ -213,7 +224,7 @@ __global__ void __launch_bounds__(Pf<BM, MX>::THREADS, Pf<BM, MX>::CTAS) moe_gem
   unsigned live16 = 0;
 #pragma unroll
   for (int i = 0; i < C::MT; i++) {
-    const int r = wm * C::WTM + 16 * i + g;
+    const int r = slice0(i) + g;
     const bool any = row_live(m0 + r) || row_live(m0 + r + 8);
     if (__any_sync(0xffffffffu, any)) live16 |= 1u << i;
   }
@@ -241,6 +252,7 @@ __global__ void __launch_bounds__(Pf<BM, MX>::THREADS, Pf<BM, MX>::CTAS) moe_gem
     const uint32_t *sSa = reinterpret_cast<const uint32_t *>(sB + C::SB);
     const uint32_t *sSb = sSa + C::BM;
     const int sh = 8 * (kt & 3); /* this K tile's byte in the packed 1x128 / 128x128 words */
+    if (!live16) continue; /* warp-uniform: no live row, no fragment work (the copies and barriers above stay) */
 
     /* A multipliers of the K tile (live slices only; the others are never read) */
     uint32_t am[C::MT][2];
@@ -250,7 +262,7 @@ __global__ void __launch_bounds__(Pf<BM, MX>::THREADS, Pf<BM, MX>::CTAS) moe_gem
       if (!((live16 >> i) & 1u)) continue; /* warp-uniform */
 #pragma unroll
       for (int h = 0; h < 2; h++) {
-        const int r = wm * C::WTM + 16 * i + g + 8 * h;
+        const int r = slice0(i) + g + 8 * h;
         am[i][h] = pf_pow2_f16x2((sSa[r] >> sh) & 0xFFu, (127 - s_rx[r]) * (1 << 23));
       }
     }
@@ -271,7 +283,7 @@ __global__ void __launch_bounds__(Pf<BM, MX>::THREADS, Pf<BM, MX>::CTAS) moe_gem
         if (!((live16 >> i) & 1u)) continue; /* warp-uniform; a[i] unused then */
 #pragma unroll
         for (int h = 0; h < 2; h++) {
-          const int r = wm * C::WTM + 16 * i + g + 8 * h;
+          const int r = slice0(i) + g + 8 * h;
           const uint2 v = *reinterpret_cast<const uint2 *>(sA + swz128(r, 2 * s + (t >> 1)) + 8 * (t & 1));
           a_frag_f16<false>(v, a[i][0][h], a[i][0][2 + h], a[i][1][h], a[i][1][2 + h]);
           a[i][0][h] = dsk_ptx::hmul2_u32(a[i][0][h], am[i][h]);
@@ -323,7 +335,7 @@ __global__ void __launch_bounds__(Pf<BM, MX>::THREADS, Pf<BM, MX>::CTAS) moe_gem
     if (!((live16 >> i) & 1u)) continue;
 #pragma unroll
     for (int h = 0; h < 2; h++) {
-      const int rl = wm * C::WTM + 16 * i + g + 8 * h;
+      const int rl = slice0(i) + g + 8 * h;
       const int64_t r = m0 + rl;
       if (!row_live(r)) continue; /* padding row: not written */
       const float fr = ue8m0_exact((uint32_t)s_rx[rl]);
