@@ -1,6 +1,7 @@
 /* moe_gemm_prefill.cuh - the prefill-shaped MoE GEMM of the f16 MMA path
  * (sm_90): FP8 x MXFP4 (DeepSeek-V4) and FP8 x FP8 128x128-block (GLM-5.1,
- * the dense shared experts) at BLOCK_M 128, BLOCK_N 128, split 1. Same
+ * the dense shared experts) at BLOCK_M 128 or 64, BLOCK_N 128, split 1
+ * (which calls: prefill_serves in moe_gemm.cu). Same
  * arguments (GemmArgs), grid and results contract as the tiled kernel of
  * moe_gemm.cu (spec/mxfp4-moe.md §7.1; docs/moe.md, "The prefill kernel").
  * Included inside moe_gemm.cu's anonymous namespace after
@@ -39,8 +40,11 @@
  *    kernel's MXFP4 decoder gives +Inf for 0xFF and 0 for 0; both are
  *    allowed by §1.2.)
  *
- * CTA = 128 x 128 outputs, 4 warps of 64 x 64 (2 x 2), 128 threads, 2 CTAs
- * per SM on sm_90 (the register bound: ~200 of 255). Per 32-wide K step a
+ * CTA = BLOCK_M x 128 outputs, warps of 64 x 64: 4 (2 x 2, 128 threads, 2
+ * CTAs per SM on sm_90) at BLOCK_M 128, 2 (64 threads, 4 CTAs per SM) at
+ * 64; the register bound (244-255 of 255, no spills) sets the CTAs per SM.
+ * In grouped calls at BLOCK_M 128 the warp rows take interleaved m16 slices
+ * (DSK_MOE_PF_INTERLEAVE below). Per 32-wide K step a
  * warp converts its 64 rows' A bytes (one 8-byte shared load per row and
  * thread, as the tiled kernel: lane t takes K values 8t..8t+7 of the step,
  * in the fragment order of moe_gemm_frag.cuh) and its 64 columns' B words
@@ -48,8 +52,8 @@
  * their f16x2 multipliers, and issues 64 HMMAs: about 5 instructions per
  * HMMA. m16 slices of the warp without a live row are skipped (A and MMAs).
  *
- * Ring: K tiles of 128 through a cp.async ring of 3 (MXFP4, 25,600 B a
- * stage) or 2 (FP8, 33,792 B) stages, each stage the A tile, the B tile and
+ * Ring: K tiles of 128 through a cp.async ring of up to 3 stages (BLOCK_M
+ * 128: MXFP4 3 x 25,600 B, FP8 2 x 33,792 B), each stage the A tile, the B tile and
  * the two scale words of each row and column; every warp-wide copy reads
  * whole 128-byte (A, FP8 B) or 64-byte (MXFP4 B) row pieces. Shared memory
  * <= 101,376 B (SM120's limit) for both; swizzles as the tiled kernel.
@@ -65,12 +69,15 @@
 #ifndef DSK_MOE_PREFILL
 #define DSK_MOE_PREFILL 1
 #endif
-/* DSK_MOE_PF_INTERLEAVE (compile-time; default 1): at BLOCK_M 128 warp row
- * wm takes the m16 slices 2 i + wm (i = 0..3) instead of 4 wm + i. A
- * block's live rows are its first ones (the permute fills a segment from
- * its top), so a block of 96 live rows gives both warp rows 3 live slices
- * instead of 4 and 2; each K tile's barrier waits for the slower warp. 0 =
- * contiguous slices (the A/B baseline). */
+/* DSK_MOE_PF_INTERLEAVE (compile-time; default 1): in grouped calls at
+ * BLOCK_M 128 warp row wm takes the m16 slices 2 i + wm (i = 0..3) instead
+ * of 4 wm + i. A block's live rows are its first ones (the permute fills a
+ * segment from its top), so a block of 96 live rows gives both warp rows 3
+ * live slices instead of 4 and 2; each K tile's barrier waits for the
+ * slower warp. Measured on an H100 (docs/benchmarks.md, MoE v14c): routed
+ * FC1 / FC2 at T 4096 0.95-0.97x; dense calls (full blocks) 1.024x slower,
+ * so they keep contiguous slices. 0 = contiguous slices everywhere (the
+ * A/B baseline). */
 #ifndef DSK_MOE_PF_INTERLEAVE
 #define DSK_MOE_PF_INTERLEAVE 1
 #endif
@@ -127,8 +134,9 @@ __global__ void __launch_bounds__(Pf<BM, MX>::THREADS, Pf<BM, MX>::CTAS) moe_gem
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int g = lane >> 2, t = lane & 3;
   const int wm = warp / C::WN, wn = warp % C::WN;
-  /* first row of the warp's m16 slice i (DSK_MOE_PF_INTERLEAVE) */
-  auto slice0 = [&](int i) { return DSK_MOE_PF_INTERLEAVE ? 16 * (C::WM * i + wm) : wm * C::WTM + 16 * i; };
+  /* first row of the warp's m16 slice i (DSK_MOE_PF_INTERLEAVE: grouped calls) */
+  const bool il = DSK_MOE_PF_INTERLEAVE && p.m_indices != nullptr;
+  auto slice0 = [&](int i) { return il ? 16 * (C::WM * i + wm) : wm * C::WTM + 16 * i; };
   const int64_t n0 = (int64_t)blockIdx.x * C::BN;
   const int64_t mb = (int64_t)blockIdx.z * 65535 + blockIdx.y;
   if (mb >= p.mblocks) return;
