@@ -2,9 +2,10 @@
  * kernel (moe_gemm.cu), the skinny one (moe_gemm_skinny.cuh) and the
  * prefill one (moe_gemm_prefill.cuh) share: the arguments, the scale
  * decoders, the f16-path operand conversions, the shared-memory swizzles
- * and the bf16 rounding. Included inside moe_gemm.cu's anonymous namespace, and by
- * tests/emu_moe_skinny.cc under the CPU emulation of tests/emu/cuda_emu.h
- * (so only functions of ptx.cuh, no inline PTX). */
+ * and the bf16 rounding. Included inside moe_gemm.cu's anonymous
+ * namespace, and by tests/emu_moe_skinny.cc and tests/emu_moe_prefill.cc
+ * under the CPU emulation of tests/emu/cuda_emu.h (so only functions of
+ * ptx.cuh, no inline PTX). */
 
 /* MXFP4 products: factor that undoes the scaling of the e2m1 operands
  * (e4m3 path: B = e2m1 * 2^-6; f16 path: B = e2m1 * 2^-14, A = e4m3 * 2^7) */
