@@ -476,13 +476,7 @@ __device__ __forceinline__ void moe_gemm_body(const GemmArgs &p) {
             *reinterpret_cast<float2 *>(prow + c) = make_float2(acc[i][j][2 * h], acc[i][j][2 * h + 1]);
             continue;
           }
-          const uint32_t lo = f32_to_bf16(acc[i][j][2 * h]), hi = f32_to_bf16(acc[i][j][2 * h + 1]);
-          if (p.d_pair) {
-            *reinterpret_cast<uint32_t *>(drow + c) = lo | (hi << 16);
-          } else {
-            drow[c] = (uint16_t)lo;
-            drow[c + 1] = (uint16_t)hi;
-          }
+          store_bf16x2(drow, c, acc[i][j][2 * h], acc[i][j][2 * h + 1], p.d_pair);
         }
       }
     }
@@ -541,16 +535,8 @@ __global__ void __launch_bounds__(kReduceThreads) splitk_reduce_kernel(const Gem
       a[3] += v[s].w;
     }
     uint16_t *drow = p.D + r * p.D_stride + c;
-    const uint32_t b0 = f32_to_bf16(a[0]), b1 = f32_to_bf16(a[1]), b2 = f32_to_bf16(a[2]), b3 = f32_to_bf16(a[3]);
-    if (p.d_pair) {
-      *reinterpret_cast<uint32_t *>(drow) = b0 | (b1 << 16);
-      *reinterpret_cast<uint32_t *>(drow + 2) = b2 | (b3 << 16);
-    } else {
-      drow[0] = (uint16_t)b0;
-      drow[1] = (uint16_t)b1;
-      drow[2] = (uint16_t)b2;
-      drow[3] = (uint16_t)b3;
-    }
+    store_bf16x2(drow, 0, a[0], a[1], p.d_pair);
+    store_bf16x2(drow, 2, a[2], a[3], p.d_pair);
   }
 }
 
@@ -616,21 +602,30 @@ __global__ void __launch_bounds__(128) moe_gemm_simple_kernel(const GemmArgs p, 
 }
 
 /* ------------------------------------------------------------ host side */
+/* One launch of a tile kernel (the tiled or the prefill one) over the grid
+ * of GemmArgs: x = the BLOCK_N column tiles, y and z = the m-blocks (z high
+ * part times ksplit slices); `smem` dynamic bytes, checked against the
+ * device's (and SM120's) per-block limit first. */
+dsk_status launch_tiles(const dsk_ctx *ctx, void (*kernel)(const GemmArgs), int smem, int threads, int bn,
+                        const GemmArgs &a, cudaStream_t s, const char *what) {
+  const dsk_cuda_state *st = dsk__cuda_state(ctx);
+  if (smem > st->smem_optin)
+    return dsk__fail(DSK_STATUS_UNSUPPORTED, "%s: BLOCK_M %d BLOCK_N %d needs %d B of shared memory, device allows %lld",
+                     what, a.bm, bn, smem, (long long)st->smem_optin);
+  DSK_CUDA_TRY(what, cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  const int64_t gy = a.mblocks < 65535 ? a.mblocks : 65535, gz = (a.mblocks + 65534) / 65535;
+  const dim3 grid(dsk__ceil_div_u(a.N, bn), (unsigned)gy, (unsigned)(gz * a.ksplit));
+  DSK_CUDA_TRY(what, moe_launch(kernel, grid, dim3(threads), (size_t)smem, s, a));
+  return DSK_STATUS_OK;
+}
+
 template <int BM, int BN, bool MX, bool F16>
 dsk_status launch_tiled(const dsk_ctx *ctx, const GemmArgs &a, cudaStream_t s, const char *what) {
   using C = Cfg<BM, BN, MX, F16>;
-  const dsk_cuda_state *st = dsk__cuda_state(ctx);
-  if (C::SMEM > st->smem_optin)
-    return dsk__fail(DSK_STATUS_UNSUPPORTED, "%s: BLOCK_M %d BLOCK_N %d needs %d B of shared memory, device allows %lld",
-                     what, BM, BN, C::SMEM, (long long)st->smem_optin);
-  DSK_CUDA_TRY(what, cudaFuncSetAttribute(moe_gemm_kernel<BM, BN, MX, F16>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                          C::SMEM));
-  const int64_t gy = a.mblocks < 65535 ? a.mblocks : 65535, gz = (a.mblocks + 65534) / 65535;
   GemmArgs t = a;
   t.KT = a.KT / a.ksplit;
-  const dim3 grid(dsk__ceil_div_u(a.N, BN), (unsigned)gy, (unsigned)(gz * a.ksplit));
-  DSK_CUDA_TRY(what, moe_launch(moe_gemm_kernel<BM, BN, MX, F16>, grid, dim3(C::THREADS),
-                                     (size_t)C::SMEM, s, t));
+  const dsk_status st = launch_tiles(ctx, moe_gemm_kernel<BM, BN, MX, F16>, C::SMEM, C::THREADS, BN, t, s, what);
+  if (st != DSK_STATUS_OK) return st;
   if (a.ksplit > 1) {
     const dim3 rgrid(dsk__ceil_div_u(a.N / 4, kReduceThreads), (unsigned)(a.M < 65535 ? a.M : 65535));
     DSK_CUDA_TRY(what, dsk__launch_pdl(splitk_reduce_kernel, rgrid, dim3(kReduceThreads), 0, s, t));
@@ -645,16 +640,7 @@ dsk_status launch_tiled(const dsk_ctx *ctx, const GemmArgs &a, cudaStream_t s, c
 template <int BM, bool MX>
 dsk_status launch_prefill(const dsk_ctx *ctx, const GemmArgs &a, cudaStream_t s, const char *what) {
   using C = Pf<BM, MX>;
-  const dsk_cuda_state *st = dsk__cuda_state(ctx);
-  if (C::SMEM > st->smem_optin)
-    return dsk__fail(DSK_STATUS_UNSUPPORTED, "%s: the prefill kernel needs %d B of shared memory, device allows %lld",
-                     what, C::SMEM, (long long)st->smem_optin);
-  DSK_CUDA_TRY(what, cudaFuncSetAttribute(moe_gemm_prefill_kernel<BM, MX>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                          C::SMEM));
-  const int64_t gy = a.mblocks < 65535 ? a.mblocks : 65535, gz = (a.mblocks + 65534) / 65535;
-  const dim3 grid(dsk__ceil_div_u(a.N, C::BN), (unsigned)gy, (unsigned)gz);
-  DSK_CUDA_TRY(what, moe_launch(moe_gemm_prefill_kernel<BM, MX>, grid, dim3(C::THREADS), (size_t)C::SMEM, s, a));
-  return DSK_STATUS_OK;
+  return launch_tiles(ctx, moe_gemm_prefill_kernel<BM, MX>, C::SMEM, C::THREADS, C::BN, a, s, what);
 }
 dsk_status launch_prefill(const dsk_ctx *ctx, const GemmArgs &a, cudaStream_t s, bool mx, int bm, const char *what) {
   if (bm == 64) return mx ? launch_prefill<64, true>(ctx, a, s, what) : launch_prefill<64, false>(ctx, a, s, what);
@@ -862,16 +848,11 @@ void split_setup(GemmArgs *a, const dsk_tactic *t, void *ws) {
   a->part = a->ksplit > 1 ? (float *)ws : nullptr;
 }
 
-/* The MMA path of the device (see DSK_MOE_MMA): f16 below compute capability 10. */
-dsk_status use_f16_path(int device, bool *f16, const char *what) {
-  if (DSK_MOE_MMA == 1 || DSK_MOE_MMA == 2) {
-    *f16 = DSK_MOE_MMA == 2;
-    return DSK_STATUS_OK;
-  }
-  int major = 0;
-  DSK_CUDA_TRY(what, cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
-  *f16 = major < 10;
-  return DSK_STATUS_OK;
+/* The MMA path of the context's device (see DSK_MOE_MMA): f16 below
+ * compute capability 10 (read from the device when the context was made). */
+bool f16_path(const dsk_ctx *ctx) {
+  if (DSK_MOE_MMA == 1 || DSK_MOE_MMA == 2) return DSK_MOE_MMA == 2;
+  return ctx->info.cc_major < 10;
 }
 
 /* Grouped calls at BLOCK_M 64 go to the prefill kernel instead of the
@@ -887,28 +868,16 @@ constexpr int64_t kPfMinRowsPerExpert = 32;
  * 64 for grouped calls of at least kPfMinRowsPerExpert expected rows per
  * expert and dense calls the skinny kernel does not take (more than
  * kSkDenseMaxRows rows). Deterministic in the descriptor and tactic. */
-dsk_status prefill_serves(const dsk_ctx *ctx, const GemmArgs &a, int bm, int bn, int64_t expected_m, bool *serves,
-                          const char *what) {
-  *serves = false;
-  if (!DSK_MOE_PREFILL || bn != 128 || a.ksplit != 1 || a.N % 128 != 0) return DSK_STATUS_OK;
-  if (bm == 64) {
-    const bool grouped = a.m_indices != nullptr;
-    if (grouped ? expected_m < kPfMinRowsPerExpert * a.E_local : a.M <= kSkDenseMaxRows) return DSK_STATUS_OK;
-  } else if (bm != 128) {
-    return DSK_STATUS_OK;
-  }
-  bool f16 = false;
-  const dsk_status st = use_f16_path(dsk__cuda_state(ctx)->device, &f16, what);
-  *serves = f16;
-  return st;
+bool prefill_serves(const dsk_ctx *ctx, const GemmArgs &a, int bm, int bn, int64_t expected_m) {
+  if (!DSK_MOE_PREFILL || bn != 128 || a.ksplit != 1 || a.N % 128 != 0 || !f16_path(ctx)) return false;
+  if (bm == 64)
+    return a.m_indices ? expected_m >= kPfMinRowsPerExpert * a.E_local : a.M > kSkDenseMaxRows;
+  return bm == 128;
 }
 
 template <bool MX>
 dsk_status launch_path(const dsk_ctx *ctx, const GemmArgs &a, cudaStream_t s, int bm, int bn, const char *what) {
-  bool f16 = false;
-  const dsk_status st = use_f16_path(dsk__cuda_state(ctx)->device, &f16, what);
-  if (st != DSK_STATUS_OK) return st;
-  return f16 ? launch_bn<MX, true>(ctx, a, s, bm, bn, what) : launch_bn<MX, false>(ctx, a, s, bm, bn, what);
+  return f16_path(ctx) ? launch_bn<MX, true>(ctx, a, s, bm, bn, what) : launch_bn<MX, false>(ctx, a, s, bm, bn, what);
 }
 
 }  // namespace
@@ -926,10 +895,7 @@ extern "C" dsk_status dsk__cuda_moe_gemm(dsk_ctx *ctx, const dsk_moe_gemm_desc *
   GemmArgs a = grouped_args(d, bm);
   split_setup(&a, t, d->workspace);
   if (!aligned16(d->A) || (d->A_stride & 15) != 0 || !aligned16(d->B)) return launch_simple(a, s, mx, what);
-  bool pf = false;
-  const dsk_status pst = prefill_serves(ctx, a, bm, bn, d->expected_m, &pf, what);
-  if (pst != DSK_STATUS_OK) return pst;
-  if (pf) return launch_prefill(ctx, a, s, mx, bm, what);
+  if (prefill_serves(ctx, a, bm, bn, d->expected_m)) return launch_prefill(ctx, a, s, mx, bm, what);
   const SkPick pk = skinny_pick(ctx, a, mx, bm, bn);
   if (pk.ring) {
     a.tpc = sk_tpc(ctx, d, mx, bn, a, pk);
@@ -981,10 +947,7 @@ extern "C" dsk_status dsk__cuda_dense_fp8_gemm(dsk_ctx *ctx, const dsk_dense_gem
   a.tpc = 1;
   split_setup(&a, t, d->workspace);
   if (!aligned16(d->A) || (d->A_stride & 15) != 0 || !aligned16(d->B)) return launch_simple(a, s, 0, what);
-  bool pf = false;
-  const dsk_status pst = prefill_serves(ctx, a, bm, bn, 0, &pf, what);
-  if (pst != DSK_STATUS_OK) return pst;
-  if (pf) return launch_prefill(ctx, a, s, false, bm, what);
+  if (prefill_serves(ctx, a, bm, bn, 0)) return launch_prefill(ctx, a, s, false, bm, what);
   const SkPick pk = skinny_pick(ctx, a, false, bm, bn);
   if (pk.ring) return launch_skinny(a, s, false, bn, pk, what);
   return launch_path<false>(ctx, a, s, bm, bn, what);

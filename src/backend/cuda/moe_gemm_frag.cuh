@@ -77,6 +77,18 @@ __device__ __forceinline__ uint32_t f32_to_bf16(float x) {
   return u >> 16;
 }
 
+/* D[c], D[c + 1] of a row = bf16(v0), bf16(v1): one 4-byte store where D
+ * and its stride allow it (GemmArgs.d_pair), else two */
+__device__ __forceinline__ void store_bf16x2(uint16_t *drow, int64_t c, float v0, float v1, int pair) {
+  const uint32_t lo = f32_to_bf16(v0), hi = f32_to_bf16(v1);
+  if (pair) {
+    *reinterpret_cast<uint32_t *>(drow + c) = lo | (hi << 16);
+  } else {
+    drow[c] = (uint16_t)lo;
+    drow[c + 1] = (uint16_t)hi;
+  }
+}
+
 /* ------------------------------------------------------------ arguments */
 struct GemmArgs {
   const uint8_t *A;

@@ -352,15 +352,8 @@ __global__ void __launch_bounds__(Pf<BM, MX>::THREADS, Pf<BM, MX>::CTAS) moe_gem
       for (int j = 0; j < C::NT8; j++) {
         const int cl = wn * C::WTN + 8 * j + 2 * t;
         const int64_t c = n0 + cl;
-        const float v0 = acc[i][j][2 * h] * fr * ue8m0_exact((uint32_t)s_cx[cl]);
-        const float v1 = acc[i][j][2 * h + 1] * fr * ue8m0_exact((uint32_t)s_cx[cl + 1]);
-        const uint32_t lo = f32_to_bf16(v0), hi = f32_to_bf16(v1);
-        if (p.d_pair) {
-          *reinterpret_cast<uint32_t *>(drow + c) = lo | (hi << 16);
-        } else {
-          drow[c] = (uint16_t)lo;
-          drow[c + 1] = (uint16_t)hi;
-        }
+        store_bf16x2(drow, c, acc[i][j][2 * h] * fr * ue8m0_exact((uint32_t)s_cx[cl]),
+                     acc[i][j][2 * h + 1] * fr * ue8m0_exact((uint32_t)s_cx[cl + 1]), p.d_pair);
       }
     }
   }
