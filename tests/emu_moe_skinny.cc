@@ -26,6 +26,7 @@
 #include "emu/cuda_emu.h"
 
 #include "dsk.h"
+#include "emu/emu_moe_gemm.h"
 #include "emu/emu_test.h"
 
 namespace {
@@ -36,17 +37,8 @@ __attribute__((aligned(16))) uint8_t smem[128 * 1024];
 
 namespace {
 
+using emu_moe::put_sf;
 using emu_test::Rng;
-
-
-/* packed UE8M0 words (MN-major, 4 K groups per word): byte of (g, mn, kg) */
-void put_sf(std::vector<int32_t> &w, int64_t MN, int64_t sf_k, int64_t g, int64_t mn, int64_t kg, uint8_t v) {
-  const int64_t Kp = (sf_k + 3) / 4, T4 = (MN + 3) / 4 * 4;
-  uint8_t *b = reinterpret_cast<uint8_t *>(w.data());
-  b[4 * (g * Kp * T4 + (kg / 4) * T4 + mn) + kg % 4] = v;
-}
-
-float bf16f(uint16_t b) { return emu::bf16_to_f32(b); }
 
 struct Case {
   const char *name;
@@ -178,74 +170,18 @@ bool run_case(dsk_ctx *cpu, const Case &c, int tps, int grp, int tpc, uint64_t s
   if (!launched) return false;
 
   /* the reference */
-  dsk_status st;
-  dsk_plan_info pi;
-  memset(&pi, 0, sizeof pi);
-  pi.struct_size = sizeof pi;
-  std::vector<uint8_t> ws;
-  if (dense) {
-    dsk_dense_gemm_desc e;
-    memset(&e, 0, sizeof e);
-    e.struct_size = sizeof e;
-    e.M = M;
-    e.N = N;
-    e.K = K;
-    e.A = A.data();
-    e.A_stride = As;
-    e.sfa = d.sfa;
-    e.B = B.data();
-    e.sfb = d.sfb;
-    e.D = reinterpret_cast<dsk_bf16 *>(Dr.data());
-    e.D_stride = Ds;
-    e.tactic.op = DSK_OP_MOE_DENSE_GEMM;
-    e.tactic.version = DSK_DENSE_GEMM_TACTIC_VERSION;
-    e.tactic.v[0] = c.dense_bm;
-    e.tactic.v[1] = 16 * c.nw;
-    e.tactic.v[2] = 1;
-    st = dsk_dense_fp8_gemm_plan(cpu, &e, &pi);
-    ws.resize((size_t)(pi.workspace_bytes > 0 ? pi.workspace_bytes : 1) + 64);
-    e.workspace = reinterpret_cast<void *>(((uintptr_t)ws.data() + 63) & ~(uintptr_t)63);
-    e.workspace_bytes = pi.workspace_bytes;
-    if (st == DSK_STATUS_OK) st = dsk_dense_fp8_gemm(cpu, &e);
-  } else {
-    d.D = reinterpret_cast<dsk_bf16 *>(Dr.data());
-    d.counters = &cnt_r;
-    st = dsk_moe_gemm_plan(cpu, &d, &pi);
-    ws.resize((size_t)(pi.workspace_bytes > 0 ? pi.workspace_bytes : 1) + 64);
-    d.workspace = reinterpret_cast<void *>(((uintptr_t)ws.data() + 63) & ~(uintptr_t)63);
-    d.workspace_bytes = pi.workspace_bytes;
-    if (st == DSK_STATUS_OK) st = dsk_moe_gemm(cpu, &d);
-  }
+  const dsk_status st = emu_moe::ref_gemm(cpu, d, dense ? M : 0, c.dense_bm, 16 * c.nw, Dr.data(), &cnt_r);
   EXPECT(st == DSK_STATUS_OK, "%s: cpu-ref: %s: %s", c.name, dsk_status_name(st), dsk_last_error());
   if (st != DSK_STATUS_OK) return false;
 
   const int fails0 = emu_test::fails();
-  double sxy = 0, s2 = 0, worst = 0;
-  int64_t n = 0, touched = 0, bad = 0;
-  for (int64_t row = 0; row < M; row++) {
+  const emu_moe::Cmp cmp = emu_moe::compare(Dx, Dr, M, N, Ds, [&](int64_t row) {
     const int32_t e = mind[(size_t)(row / 64 * 64)];
-    const bool written = dense || (e >= 0 && e < EL && mind[(size_t)row] >= 0);
-    for (int64_t col = 0; col < Ds; col++) {
-      const uint16_t x = Dx[(size_t)(row * Ds + col)], y = Dr[(size_t)(row * Ds + col)];
-      if (!written || col >= N) {
-        touched += x != 0xFFFF; /* padding rows, skipped blocks, stride gaps */
-        continue;
-      }
-      const double fx = bf16f(x), fy = bf16f(y);
-      if (!std::isfinite(fx) || !std::isfinite(fy)) {
-        bad++;
-        continue;
-      }
-      sxy += fx * fy;
-      s2 += fx * fx + fy * fy;
-      /* both round once to bf16 from fp32 / fp64 sums: at most one bf16 ulp apart */
-      const double tol = std::ldexp(std::fabs(fy), -7) + 1e-30;
-      const double err = std::fabs(fx - fy);
-      if (err / tol > worst) worst = err / tol;
-      n++;
-    }
-  }
-  const double diff = s2 == 0 ? 0.0 : 1.0 - 2.0 * sxy / s2;
+    return dense || (e >= 0 && e < EL && mind[(size_t)row] >= 0);
+  });
+  const int64_t n = cmp.n, touched = cmp.touched;
+  const int64_t bad = cmp.bad + cmp.nan_ok + cmp.nan_bad; /* non-finite on either side */
+  const double worst = cmp.worst, diff = cmp.diff;
   EXPECT(n > 0, "%s: no output compared", c.name);
   EXPECT(bad == 0, "%s: %lld non-finite outputs", c.name, (long long)bad);
   EXPECT(touched == 0, "%s: %lld elements written outside live rows / columns", c.name, (long long)touched);
