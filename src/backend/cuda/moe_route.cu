@@ -269,6 +269,37 @@ __global__ void __launch_bounds__(kLgThreads) route_logits_kernel(RouteParams p)
   }
 }
 
+/* DSK_MOE_ROUTE_MMA (compile-time; default 1; MoE v15): the logits by
+ * bf16 mma.sync with a two-sum per stage (moe_route_mma.cuh) for
+ * T >= DSK_MOE_ROUTE_MMA_MIN_T, the 64 x 64 tile from
+ * DSK_MOE_ROUTE_MMA_LARGE_T; 0 = the fp64-FMA kernel for every T (A/B). */
+#ifndef DSK_MOE_ROUTE_MMA
+#define DSK_MOE_ROUTE_MMA 1
+#endif
+#ifndef DSK_MOE_ROUTE_MMA_MIN_T
+#define DSK_MOE_ROUTE_MMA_MIN_T 16
+#endif
+#ifndef DSK_MOE_ROUTE_MMA_LARGE_T
+#define DSK_MOE_ROUTE_MMA_LARGE_T 512
+#endif
+#include "moe_route_mma.cuh"
+
+template <bool LARGE>
+static cudaError_t launch_logits_mma(cudaStream_t st, const RouteParams &p) {
+  using C = RmCfg<LARGE>;
+  RouteMmaArgs a;
+  a.T = p.T;
+  a.E = p.E;
+  a.H = p.H;
+  a.x = p.x;
+  a.x_stride = p.x_stride;
+  a.gate_w = p.gate_w;
+  a.z = p.zws;
+  const int64_t tiles = (p.T + C::BT - 1) / C::BT;
+  const dim3 grid((unsigned)((p.E + C::BE - 1) / C::BE), (unsigned)(tiles < kLgMaxY ? tiles : kLgMaxY));
+  return moe_launch(route_logits_mma_kernel<LARGE>, grid, dim3(C::THREADS), (size_t)C::SMEM, st, a);
+}
+
 template <int TT>
 static cudaError_t launch_logits(bool vec, dim3 grid, cudaStream_t st, const RouteParams &p) {
   if (vec)
@@ -587,7 +618,9 @@ extern "C" dsk_status dsk__cuda_moe_route(dsk_ctx *ctx, const dsk_moe_route_desc
     const dim3 grid((unsigned)((p.E + eb - 1) / eb), (unsigned)(tiles < kLgMaxY ? tiles : kLgMaxY));
     const bool lvec = p.H % 8 == 0 && p.x_stride % 8 == 0 && aligned16(d->gate_w) && aligned16(d->x);
     cudaError_t e;
-    switch (tt) {
+    if (DSK_MOE_ROUTE_MMA && lvec && p.T >= DSK_MOE_ROUTE_MMA_MIN_T)
+      e = p.T >= DSK_MOE_ROUTE_MMA_LARGE_T ? launch_logits_mma<true>(st, p) : launch_logits_mma<false>(st, p);
+    else switch (tt) {
       case 1: e = launch_logits<1>(lvec, grid, st, p); break;
       case 2: e = launch_logits<2>(lvec, grid, st, p); break;
       case 4: e = launch_logits<4>(lvec, grid, st, p); break;
