@@ -77,6 +77,7 @@
 namespace {
 
 #include "moe_common.cuh"
+#include "moe_swiglu.cuh"
 
 /* ======================================================== MX quantize */
 struct MxqParams {
@@ -147,14 +148,7 @@ __device__ __forceinline__ uint8_t quant128_group(const Q128Params &p, int64_t r
         v[c] = F32 ? ((const float *)p.x)[idx] : bf16f(((const uint16_t *)p.x)[idx]);
       } else {
         const uint16_t *row = (const uint16_t *)p.x + r * p.x_stride;
-        double gv = (double)bf16f(row[col]), uv = (double)bf16f(row[I + col]);
-        const double L = p.limit;
-        if (L > 0.0) {
-          if (gv > L) gv = L;
-          if (uv > L) uv = L;
-          if (uv < -L) uv = -L;
-        }
-        v[c] = (float)(gv / (1.0 + exp(-gv)) * uv);
+        v[c] = swiglu_ref_f32(bf16f(row[col]), bf16f(row[I + col]), p.limit);
       }
     }
     uint8_t q[4];
@@ -256,6 +250,7 @@ __global__ void __launch_bounds__(kThreads) quant128_group_kernel(Q128Params p) 
  * words (blocks of y = 0), as in the other kernels. At decode a block holds
  * a few live rows, so every (row, group) has a warp of its own. */
 constexpr int kLiveRows = 64, kLiveThreads = 128;
+template <bool F32>
 __global__ void __launch_bounds__(kLiveThreads) swiglu_live_kernel(Q128Params p) {
   dsk_ptx::pdl_wait(); /* before any global access (PDL) */
   if (DSK_MOE_SK_PREFETCH) dsk_ptx::pdl_launch_dependents(); /* a GEMM after it may start its weights */
@@ -286,7 +281,9 @@ __global__ void __launch_bounds__(kLiveThreads) swiglu_live_kernel(Q128Params p)
   int bad = 0;
   for (int i = warp; i < n; i += kLiveThreads / 32) {
     const int64_t r = r0 + s_rows[i];
-    const uint8_t e = quant128_group<1, false>(p, r, g, lane, false, I, bad);
+    const uint8_t e = F32 ? swiglu_group_f32((const uint16_t *)p.x + r * p.x_stride, I, g, p.limit, p.q + r * p.q_stride,
+                                             lane, bad)
+                          : quant128_group<1, false>(p, r, g, lane, false, I, bad);
     if (lane == 0) {
       if (p.sf) p.sf[r * p.sf_stride + g] = e;
       if (p.sf_packed) {
@@ -897,7 +894,13 @@ extern "C" dsk_status dsk__cuda_swiglu_quant(dsk_ctx *ctx, const dsk_swiglu_quan
   if (d->flags & DSK_SWIGLU_SKIP_PADDING) { /* m_indices given (validated) */
     const int64_t blocks = (p.rows + kLiveRows - 1) / kLiveRows; /* <= 2^25 */
     const dim3 grid((unsigned)blocks, (unsigned)p.ng);            /* ng <= DSK_MOE_MAX_K / 128 */
-    DSK_CUDA_TRY("swiglu_quant", moe_launch(swiglu_live_kernel, grid, dim3(kLiveThreads), 0, st, p));
+    /* the fp32 form's vector accesses: D1 rows 8-byte aligned, q rows 4-byte aligned */
+    const bool f32 = DSK_MOE_SWIGLU_F32 && p.x_stride % 4 == 0 && ((uintptr_t)d->D1 & 7u) == 0 && p.q_stride % 4 == 0 &&
+                     ((uintptr_t)d->q & 3u) == 0;
+    if (f32)
+      DSK_CUDA_TRY("swiglu_quant", moe_launch(swiglu_live_kernel<true>, grid, dim3(kLiveThreads), 0, st, p));
+    else
+      DSK_CUDA_TRY("swiglu_quant", moe_launch(swiglu_live_kernel<false>, grid, dim3(kLiveThreads), 0, st, p));
     return DSK_STATUS_OK;
   }
   return launch_q128<1, false>(p, st, "swiglu_quant");
