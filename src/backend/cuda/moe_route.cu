@@ -15,7 +15,13 @@
  *    s + bias first, NaN below everything, equal values -> lower id), so ids
  *    equal the reference's unless two biased scores differ by ~1e-13
  *    relative (random data never does; exact ties are resolved alike); the
- *    fp32 weights may differ by one ulp.
+ *    fp32 weights may differ by one ulp. With a workspace, T >= 16 and
+ *    vector-friendly x / gate_w (MoE v15, moe_route_mma.cuh), the logits
+ *    come from bf16 MMAs with a two-sum per 64 columns instead: ~48 bits
+ *    (about 1e-8 of the sum of |products|), so ids may differ where two
+ *    biased scores are within ~1e-7 relative (spec §8 allows 1e-6) and
+ *    weights stay within 1e-6; identical gate rows still give identical
+ *    logits. Deterministic run to run either way.
  *
  * Kernels:
  *  route           one block per TB in {1,2,4,8} tokens (512 threads;
@@ -35,7 +41,9 @@
  *                  route_logits_kernel, one 256-thread block per (2 or 4
  *                  experts, TT in {1,2,4,8} tokens) splitting H (T = 1:
  *                  E/2 blocks, every 16-byte load of gate_w in flight at
- *                  once), then route_kernel's selection on those logits,
+ *                  once), or from T 16 route_logits_mma_kernel (16 x 32
+ *                  and, from T 512, 64 x 64 token x expert tiles), then
+ *                  route_kernel's selection on those logits,
  *                  launched with PDL (griddepcontrol.wait before any read).
  *
  * Capture-safe: no allocation, no host synchronisation, no host reads of
