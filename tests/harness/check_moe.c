@@ -19,7 +19,7 @@
  *    within 1e-6 relative (bit-exact expected but for an fp32 ulp:
  *    logits are summed in another fixed order, scores use the device libm),
  *    counters equal; each without and with the workspace of
- *    dsk_moe_route_plan (T 1, 2, 3, 5, 7, 9, 16, 64, 512, 530; H 1, 8, 200,
+ *    dsk_moe_route_plan (T 1, 2, 3, 5, 7, 9, 64, 128, 512, 530; H 1, 8, 200,
  *    1000 with an odd x stride, 2056, 4096, 7168; E 37 and 1024; poisoned with 0xFF; plan bytes
  *    checked on both contexts), a second run on ctx bit-identical (ids,
  *    weights and the workspace), and a caller built before the workspace
@@ -347,9 +347,9 @@ static int check_route(dsk_ctx *ctx, dsk_ctx *ref, const dsk_check_opts *o, tu_c
       {"ws hash", 33, 256, 6, 256, 256, DSK_MOE_SCORE_SQRT_SOFTPLUS, 1, 0, 1, 1.5f, 1},
       {"ws E 1024 top-16", 5, 1024, 16, 256, 256, DSK_MOE_SCORE_SIGMOID, 0, 0, 1, 1.0f, 1},
       {"ws logits (unused)", 40, 64, 8, 0, 0, DSK_MOE_SCORE_SQRT_SOFTPLUS, 0, 1, 1, 1.5f, 1},
-      /* the MMA logits (CUDA, T >= 16): the 16 x 32 and the 64 x 64 tiles,
+      /* the MMA logits (CUDA, T >= 128): the 16 x 32 and the 64 x 64 tiles,
        * partial tiles, an x stride gap, production H */
-      {"ws dsv4-pro T 16 (mma 16x32)", 16, 384, 6, 7168, 7168, DSK_MOE_SCORE_SQRT_SOFTPLUS, 0, 0, 1, 2.5f, 1},
+      {"ws dsv4-pro T 128 (mma 16x32)", 128, 384, 6, 7168, 7168, DSK_MOE_SCORE_SQRT_SOFTPLUS, 0, 0, 1, 2.5f, 1},
       {"ws dsv4 T 512 (mma 64x64)", 512, 256, 6, 4096, 4096, DSK_MOE_SCORE_SQRT_SOFTPLUS, 0, 0, 1, 1.5f, 1},
       {"ws glm T 530 E 37 x stride 208", 530, 37, 5, 200, 208, DSK_MOE_SCORE_SIGMOID, 0, 0, 1, 1.0f, 1},
       {"old struct_size", 7, 256, 6, 256, 256, DSK_MOE_SCORE_SQRT_SOFTPLUS, 0, 0, 1, 1.5f, 2},

@@ -250,6 +250,11 @@ __global__ void __launch_bounds__(kThreads) quant128_group_kernel(Q128Params p) 
  * words (blocks of y = 0), as in the other kernels. At decode a block holds
  * a few live rows, so every (row, group) has a warp of its own. */
 constexpr int kLiveRows = 64, kLiveThreads = 128;
+/* DSK_MOE_SWIGLU_RPI (compile-time; default 4): rows a warp of the fp32
+ * skip-padding SwiGLU kernel loads before it codes the first of them */
+#ifndef DSK_MOE_SWIGLU_RPI
+#define DSK_MOE_SWIGLU_RPI 4
+#endif
 template <bool F32>
 __global__ void __launch_bounds__(kLiveThreads) swiglu_live_kernel(Q128Params p) {
   dsk_ptx::pdl_wait(); /* before any global access (PDL) */
@@ -279,11 +284,7 @@ __global__ void __launch_bounds__(kLiveThreads) swiglu_live_kernel(Q128Params p)
   const int n = __popc(b0) + __popc(b1);
   const int64_t I = p.ng * DSK_FMT_FP8_GROUP;
   int bad = 0;
-  for (int i = warp; i < n; i += kLiveThreads / 32) {
-    const int64_t r = r0 + s_rows[i];
-    const uint8_t e = F32 ? swiglu_group_f32((const uint16_t *)p.x + r * p.x_stride, I, g, p.limit, p.q + r * p.q_stride,
-                                             lane, bad)
-                          : quant128_group<1, false>(p, r, g, lane, false, I, bad);
+  auto put_scale = [&](int64_t r, uint8_t e) {
     if (lane == 0) {
       if (p.sf) p.sf[r * p.sf_stride + g] = e;
       if (p.sf_packed) {
@@ -292,6 +293,28 @@ __global__ void __launch_bounds__(kLiveThreads) swiglu_live_kernel(Q128Params p)
         if (g == p.ng - 1)
           for (int j = (int)(g & 3) + 1; j < 4; j++) w[j] = 0; /* groups past ng */
       }
+    }
+  };
+  constexpr int W = kLiveThreads / 32;
+  if (F32) {
+    /* RPI rows per pass, all their loads issued before the first is used */
+    constexpr int RPI = DSK_MOE_SWIGLU_RPI;
+    for (int i0 = warp; i0 < n; i0 += W * RPI) {
+      SwigluIn in[RPI];
+#pragma unroll
+      for (int j = 0; j < RPI; j++)
+        if (i0 + W * j < n) in[j] = swiglu_load((const uint16_t *)p.x + (r0 + s_rows[i0 + W * j]) * p.x_stride, I, g, lane);
+#pragma unroll
+      for (int j = 0; j < RPI; j++)
+        if (i0 + W * j < n) { /* warp-uniform */
+          const int64_t r = r0 + s_rows[i0 + W * j];
+          put_scale(r, swiglu_codes_f32(in[j], g, p.limit, p.q + r * p.q_stride, lane, bad));
+        }
+    }
+  } else {
+    for (int i = warp; i < n; i += W) {
+      const int64_t r = r0 + s_rows[i];
+      put_scale(r, quant128_group<1, false>(p, r, g, lane, false, I, bad));
     }
   }
   bad = warp_sum_i(bad);

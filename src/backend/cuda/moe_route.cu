@@ -15,7 +15,7 @@
  *    s + bias first, NaN below everything, equal values -> lower id), so ids
  *    equal the reference's unless two biased scores differ by ~1e-13
  *    relative (random data never does; exact ties are resolved alike); the
- *    fp32 weights may differ by one ulp. With a workspace, T >= 16 and
+ *    fp32 weights may differ by one ulp. With a workspace, T >= 128 and
  *    vector-friendly x / gate_w (MoE v15, moe_route_mma.cuh), the logits
  *    come from bf16 MMAs with a two-sum per 64 columns instead: ~48 bits
  *    (about 1e-8 of the sum of |products|), so ids may differ where two
@@ -41,7 +41,7 @@
  *                  route_logits_kernel, one 256-thread block per (2 or 4
  *                  experts, TT in {1,2,4,8} tokens) splitting H (T = 1:
  *                  E/2 blocks, every 16-byte load of gate_w in flight at
- *                  once), or from T 16 route_logits_mma_kernel (16 x 32
+ *                  once), or from T 128 route_logits_mma_kernel (16 x 32
  *                  and, from T 512, 64 x 64 token x expert tiles), then
  *                  route_kernel's selection on those logits,
  *                  launched with PDL (griddepcontrol.wait before any read).
@@ -285,7 +285,7 @@ __global__ void __launch_bounds__(kLgThreads) route_logits_kernel(RouteParams p)
 #define DSK_MOE_ROUTE_MMA 1
 #endif
 #ifndef DSK_MOE_ROUTE_MMA_MIN_T
-#define DSK_MOE_ROUTE_MMA_MIN_T 16
+#define DSK_MOE_ROUTE_MMA_MIN_T 128
 #endif
 #ifndef DSK_MOE_ROUTE_MMA_LARGE_T
 #define DSK_MOE_ROUTE_MMA_LARGE_T 512

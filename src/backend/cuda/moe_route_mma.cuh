@@ -12,7 +12,7 @@
  * a 64-product partial sum, ~1e-8 of |z| for the spec's data) instead of
  * the ~sqrt(H) ulps of one fp32 accumulator over H (which the router's
  * weight bound of 1e-5 relative would not survive at H 7168). The
- * fp64-FMA kernel this replaces at T >= 16 needed 1.0 ms for DSv4-Flash at
+ * fp64-FMA kernel this replaces at T >= 128 needed 1.0 ms for DSv4-Flash at
  * T 4096 on sm_90 and would need far more on SM120, whose fp64 rate is
  * 1/64 of fp32. A non-finite hi (an Inf or NaN in x or gate_w, or an fp32
  * overflow of a stage) is the logit as it is (lo would be NaN).

@@ -63,10 +63,18 @@ __device__ __forceinline__ bool e4m3_near_tie(float x) {
  * one 4-byte store of codes into qrow); the scale byte returned, the
  * non-finite h counted in bad. Needs row 8-byte aligned and qrow 4-byte
  * aligned (the caller checks). */
-__device__ __forceinline__ uint8_t swiglu_group_f32(const uint16_t *row, int64_t I, int64_t g, double limit,
-                                                    uint8_t *qrow, int lane, int &bad) {
+struct SwigluIn {
+  uint2 g, u; /* this lane's 4 gate and 4 up values (bf16) */
+};
+__device__ __forceinline__ SwigluIn swiglu_load(const uint16_t *row, int64_t I, int64_t g, int lane) {
   const int64_t col = g * DSK_FMT_FP8_GROUP + 4 * lane;
-  const uint2 gw = *reinterpret_cast<const uint2 *>(row + col), uw = *reinterpret_cast<const uint2 *>(row + I + col);
+  return {*reinterpret_cast<const uint2 *>(row + col), *reinterpret_cast<const uint2 *>(row + I + col)};
+}
+/* the codes and scale of a group from its loaded values (swiglu_load) */
+__device__ __forceinline__ uint8_t swiglu_codes_f32(const SwigluIn &in, int64_t g, double limit, uint8_t *qrow, int lane,
+                                                    int &bad) {
+  const int64_t col = g * DSK_FMT_FP8_GROUP + 4 * lane;
+  const uint2 gw = in.g, uw = in.u;
   const float gv[4] = {__uint_as_float(gw.x << 16), __uint_as_float(gw.x & 0xFFFF0000u), __uint_as_float(gw.y << 16),
                        __uint_as_float(gw.y & 0xFFFF0000u)};
   const float uv[4] = {__uint_as_float(uw.x << 16), __uint_as_float(uw.x & 0xFFFF0000u), __uint_as_float(uw.y << 16),
@@ -110,6 +118,10 @@ __device__ __forceinline__ uint8_t swiglu_group_f32(const uint16_t *row, int64_t
   }
   *reinterpret_cast<uint32_t *>(qrow + col) = word;
   return e;
+}
+__device__ __forceinline__ uint8_t swiglu_group_f32(const uint16_t *row, int64_t I, int64_t g, double limit,
+                                                    uint8_t *qrow, int lane, int &bad) {
+  return swiglu_codes_f32(swiglu_load(row, I, g, lane), g, limit, qrow, lane, bad);
 }
 
 #endif
