@@ -133,6 +133,10 @@ static int check_quantizers(dsk_ctx *ctx, dsk_ctx *ref, const dsk_check_opts *o,
       {5, 640, 643, 0, 0, 645, 6, 0, 1},
       {1, 128, 128, 0, 0, 0, 0, 1, 1},
       {64, 256, 256, 0, 0, 0, 0, 1, 0},
+      /* more than 4,096 (row, word) items: the vector form (bf16, 4-aligned
+       * strides; a last word of 3 groups), and element loads for an odd stride */
+      {1400, 1408, 1412, 0, 0, 1412, 11, 1, 1},
+      {1400, 1536, 1537, 0, 0, 0, 0, 1, 1},
   };
   static const fmt_case big[] = {{4096, 4096, 4096, 0, 0, 0, 0, 1, 1}, {1000, 7168, 7168, 0, 0, 0, 0, 1, 1}};
   int rc = 0;

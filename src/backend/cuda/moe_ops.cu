@@ -34,7 +34,9 @@
  *  - SwiGLU: fp64 from the bf16 D1 as the reference, rounded to fp32, then
  *    the 1x128 rule. exp() is CUDA's fp64 exp (<= 1 ulp from glibc's), so h
  *    can differ from the reference in the last fp64 bit and, very rarely,
- *    in one fp32 ulp (then one e4m3 code may differ).
+ *    in one fp32 ulp (then one e4m3 code may differ). The skip-padding
+ *    kernel computes h in fp32 with fp64 wherever that could change a code
+ *    or a scale (moe_swiglu.cuh, MoE v16): the same codes.
  *
  * Kernels (one simple mapping each):
  *  mx_quantize     one thread per (row, 32-block): dsk_fmt_mx_quant_block
@@ -164,8 +166,9 @@ __device__ __forceinline__ uint8_t quant128_group(const Q128Params &p, int64_t r
  * groups 4p..4p+3;
  * lane owns columns lane + 32 c of each group. Items past the real rows
  * (packed output only) write the zero padding words. */
-template <int MODE, bool F32>
+template <int MODE, bool F32, bool V4 = false>
 __global__ void quant128_kernel(Q128Params p) {
+  static_assert(!V4 || (MODE == 0 && !F32), "the vector form: bf16 quantize only");
   dsk_ptx::pdl_wait(); /* before any global access (PDL) */
   if (DSK_MOE_SK_PREFETCH) dsk_ptx::pdl_launch_dependents(); /* a GEMM after it may start its weights */
   const int lane = threadIdx.x & 31;
@@ -180,6 +183,29 @@ __global__ void quant128_kernel(Q128Params p) {
     const int64_t r = it / kp, pw = it - r * kp;
     if (r >= p.rows) { /* padding row of the packed tensor */
       if (lane == 0) p.sf_packed[pw * p.T4 + r] = 0;
+      continue;
+    }
+    if (V4) { /* MODE 0, bf16: the word's groups loaded at once, lane = 4 adjacent columns of each */
+      const uint16_t *xr = (const uint16_t *)p.x + r * p.x_stride;
+      uint2 w4[4];
+#pragma unroll
+      for (int j = 0; j < 4; j++)
+        if (pw * 4 + j < p.ng) w4[j] = *reinterpret_cast<const uint2 *>(xr + (pw * 4 + j) * DSK_FMT_FP8_GROUP + 4 * lane);
+      uint32_t word = 0;
+#pragma unroll
+      for (int j = 0; j < 4; j++) {
+        const int64_t g = pw * 4 + j;
+        if (g >= p.ng) break; /* warp-uniform */
+        const float v[4] = {__uint_as_float(w4[j].x << 16), __uint_as_float(w4[j].x & 0xFFFF0000u),
+                            __uint_as_float(w4[j].y << 16), __uint_as_float(w4[j].y & 0xFFFF0000u)};
+        uint8_t q[4];
+        const uint8_t e = q128_warp_codes(v, q, bad);
+        *reinterpret_cast<uint32_t *>(p.q + r * p.q_stride + g * DSK_FMT_FP8_GROUP + 4 * lane) =
+            (uint32_t)q[0] | ((uint32_t)q[1] << 8) | ((uint32_t)q[2] << 16) | ((uint32_t)q[3] << 24);
+        word |= (uint32_t)e << (8 * j);
+        if (p.sf && lane == 0) p.sf[r * p.sf_stride + g] = e;
+      }
+      if (p.sf_packed && lane == 0) p.sf_packed[pw * p.T4 + r] = (int32_t)word;
       continue;
     }
     const bool pad = MODE == 1 && p.m_indices != nullptr && p.m_indices[r] < 0;
@@ -204,6 +230,11 @@ __global__ void quant128_kernel(Q128Params p) {
  * mostly padding rows, it was 7 % and 37 % slower than one warp per word,
  * docs/benchmarks.md "MoE v3"). */
 constexpr int64_t kQ128GroupItems = 4096;
+/* DSK_MOE_QUANT_V4 (compile-time; default 1): the vector form of the bf16
+ * 1x128 quantizer above kQ128GroupItems words; 0 = element loads (A/B) */
+#ifndef DSK_MOE_QUANT_V4
+#define DSK_MOE_QUANT_V4 1
+#endif
 
 /* The same ops for few items (decode: kQ128GroupItems words or fewer).
  * One warp per (row, group of 128): lane l
@@ -326,6 +357,15 @@ __global__ void __launch_bounds__(kLiveThreads) swiglu_live_kernel(Q128Params p)
 template <int MODE, bool F32>
 dsk_status launch_q128(const Q128Params &p, cudaStream_t st, const char *what) {
   const int64_t items = (p.sf_packed ? p.T4 : p.rows) * ((p.ng + 3) / 4);
+  /* MoE v16c: bf16 rows 8-byte aligned, q rows 4-byte aligned: 8-byte loads
+   * of all four groups of a word before the first is coded, 4-byte stores */
+  const bool v4 = DSK_MOE_QUANT_V4 && MODE == 0 && !F32 && items > kQ128GroupItems && p.x_stride % 4 == 0 &&
+                  ((uintptr_t)p.x & 7u) == 0 && p.q_stride % 4 == 0 && ((uintptr_t)p.q & 3u) == 0;
+  if (v4) {
+    if constexpr (MODE == 0 && !F32)
+      DSK_CUDA_TRY(what, moe_launch(quant128_kernel<0, false, true>, dim3(grid_for(items, kThreads / 32)), dim3(kThreads), 0, st, p));
+    return DSK_STATUS_OK;
+  }
   if (items <= kQ128GroupItems)
     DSK_CUDA_TRY(what, moe_launch(quant128_group_kernel<MODE, F32>, dim3(grid_for(items * 4, kThreads / 32)), dim3(kThreads), 0, st, p));
   else
