@@ -23,11 +23,12 @@
 
 #include "emu/cuda_emu.h"
 
+#include "backend/cuda/cuda_internal.h" /* DSK_SM120_SMEM_LIMIT */
 #include "dsk.h"
 #include "emu/emu_test.h"
 
 namespace {
-__attribute__((aligned(128))) uint8_t smem[48 * 1024];
+__attribute__((aligned(128))) uint8_t smem[DSK_SM120_SMEM_LIMIT];
 #include "backend/cuda/moe_route_mma.cuh"
 }  // namespace
 

@@ -305,6 +305,11 @@ static cudaError_t launch_logits_mma(cudaStream_t st, const RouteParams &p) {
   a.z = p.zws;
   const int64_t tiles = (p.T + C::BT - 1) / C::BT;
   const dim3 grid((unsigned)((p.E + C::BE - 1) / C::BE), (unsigned)(tiles < kLgMaxY ? tiles : kLgMaxY));
+  if (C::SMEM > 48 * 1024) {
+    const cudaError_t e = cudaFuncSetAttribute(route_logits_mma_kernel<LARGE>,
+                                               cudaFuncAttributeMaxDynamicSharedMemorySize, C::SMEM);
+    if (e != cudaSuccess) return e;
+  }
   return moe_launch(route_logits_mma_kernel<LARGE>, grid, dim3(C::THREADS), (size_t)C::SMEM, st, a);
 }
 

@@ -21,7 +21,8 @@
  * every k16 step) and small (BT 16, BE 32; all 4 warps on the whole tile,
  * warp w on k16 step w of each stage, the four (hi, lo) pairs added in warp
  * order at the end), so small T still spreads over SMs. 128 threads, a
- * STAGES-deep cp.async ring of BT + BE rows of 128 bytes (64 columns),
+ * STAGES-deep cp.async ring (3 or DSK_MOE_ROUTE_MMA_STAGES for the large
+ * tile, 4 for the small) of BT + BE rows of 128 bytes (64 columns),
  * rows swizzled by 16-byte chunk (chunk ^ (row & 7)) for conflict-free
  * ldmatrix. Rows past T or E and columns past H are zero-filled (H % 8 == 0,
  * x_stride % 8 == 0 and 16-byte aligned x, gate_w: the caller checks).
@@ -29,6 +30,12 @@
  * before any global access. */
 #ifndef DSK_MOE_ROUTE_MMA_CUH
 #define DSK_MOE_ROUTE_MMA_CUH
+
+/* ring stages of the 64 x 64 tile (16 KB each; above 3 the launch opts in
+ * to more than 48 KB of shared memory) */
+#ifndef DSK_MOE_ROUTE_MMA_STAGES
+#define DSK_MOE_ROUTE_MMA_STAGES 3
+#endif
 
 struct RouteMmaArgs {
   int64_t T, E, H;
@@ -48,14 +55,14 @@ struct RmCfg {
   static constexpr int MT = BT / WM / 16;  /* m16 tiles per warp */
   static constexpr int NT = BE / WN / 8;   /* n8 tiles per warp */
   static constexpr int THREADS = 128;
-  static constexpr int STAGES = LARGE ? 3 : 4;
+  static constexpr int STAGES = LARGE ? DSK_MOE_ROUTE_MMA_STAGES : 4;
   static constexpr int ROWS = BT + BE;
   static constexpr int STAGE = ROWS * 128; /* bytes: 64 bf16 columns per row */
   static constexpr int SMEM = STAGES * STAGE;
   static constexpr int CHUNKS = ROWS * 8 / THREADS; /* 16-byte copies per thread per stage */
   static_assert(WM * WN * WK * 32 == THREADS && NT % 2 == 0 && MT >= 1, "warp layout");
   static_assert(ROWS * 8 % THREADS == 0 && 4 % WK == 0, "copy layout");
-  static_assert(SMEM <= 48 * 1024, "no opt-in shared memory");
+  static_assert(SMEM <= DSK_SM120_SMEM_LIMIT, "shared memory budget (SM120: 99 KB)");
   /* the end-of-tile exchange of (hi, lo) between the WK warps fits a stage buffer */
   static_assert(WK == 1 || (WK - 1) * 32 * MT * NT * 4 * 8 <= SMEM, "exchange");
 };
