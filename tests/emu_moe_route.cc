@@ -3,10 +3,12 @@
  * run on the CPU through tests/emu/cuda_emu.h. Runs in CI, where there is
  * no GPU. Two checks per logit:
  *  1. bit for bit against a scalar model of the intended arithmetic: each
- *     64-column stage's k16 steps summed by the emulated MMA (fp64 sum of
- *     the exact products, rounded to fp32 per MMA), the stage sums added to
- *     an fp32 (hi, lo) pair by a two-sum in stage order (the small tile:
- *     per warp over its own k16 step, then the warps' pairs in warp order),
+ *     warp's k16 steps of a stage summed by the emulated MMA (fp64 sum of
+ *     the exact products, rounded to fp32 per MMA), those sums added to the
+ *     warp's fp32 (hi, lo) pair by a two-sum in stage order (the large
+ *     tile: one warp per output, four k16 steps of 64-column stages; the
+ *     small: warp w on k16 step w of 256-column stages), then the warps'
+ *     pairs in warp order,
  *     z = hi + lo in fp64. This proves the fragment layouts, the swizzle,
  *     the ring, the zero-filled rows and columns and the fold.
  *  2. against fp64 sums (what the cpu-ref computes): |z - ref| within
@@ -114,23 +116,23 @@ bool run_case(dsk_ctx *, const Case &c, uint64_t seed) {
   else
     emu::launch(gx, gy, RmCfg<false>::THREADS, smem, (size_t)RmCfg<false>::SMEM, [&] { route_logits_mma_kernel<false>(a); });
 
-  const int WK = c.large ? RmCfg<true>::WK : RmCfg<false>::WK;
-  const int64_t KT = (H + 63) / 64;
+  const int WK = c.large ? RmCfg<true>::WK : RmCfg<false>::WK, BK = c.large ? RmCfg<true>::BK : RmCfg<false>::BK;
+  const int64_t KT = (H + BK - 1) / BK;
   int64_t bad_model = 0, bad_ref = 0, bad_nf = 0, n_nf = 0;
   double worst = 0, drift = 0, worst_model = 0;
   for (int64_t t = 0; t < T; t++)
     for (int64_t e = 0; e < E; e++) {
       /* the scalar model: per (warp slice, stage) the emulated MMAs' sums */
-      float hi[4] = {0, 0, 0, 0}, lo[4] = {0, 0, 0, 0};
+      float hi[16] = {0}, lo[16] = {0};
       double ref = 0, mag = 0;
       float naive = 0;
       for (int64_t kt = 0; kt < KT; kt++) {
-        float s[4] = {0, 0, 0, 0};
-        for (int ks = 0; ks < 4; ks++) {
-          const int sl = WK == 1 ? 0 : ks;
+        float s[16] = {0};
+        for (int ks = 0; ks < BK / 16; ks++) {
+          const int sl = ks % WK; /* the warp that takes k16 step ks */
           double acc = (double)s[sl];
           for (int k = 0; k < 16; k++) {
-            const int64_t h = kt * 64 + ks * 16 + k;
+            const int64_t h = kt * BK + ks * 16 + k;
             const double p = h < H ? bf16_d(x[(size_t)(t * xs + h)]) * bf16_d(w[(size_t)(e * H + h)]) : 0.0;
             acc += p;
             ref += p;
