@@ -29,7 +29,8 @@
  *    tokens on one expert, empty experts, duplicated ids, an M_sum too small
  *    (dropped rows), unaligned strides: A, scale bytes, m_indices, inv_perm
  *    and counters bit-exact;
- *  - dsk_swiglu_quant (clamp 10 / none, NaN, padding rows) and
+ *  - dsk_swiglu_quant (clamp 10 / none, NaN, padding rows; q strides that
+ *    take the CUDA fp32 forms and their fp64 fallback; 4,400 row words) and
  *    dsk_moe_gather (shared, none, in place; rows >= M_sum counted):
  *    bit-exact (SwiGLU: a code one step apart is tolerated at most once per
  *    million elements, for the device exp());
@@ -634,6 +635,7 @@ typedef struct sw_case {
   float limit, sigma;
   int mind, raw, packed;
   uint32_t flags; /* set per run: DSK_SWIGLU_SKIP_PADDING with m_indices */
+  int64_t qpad;   /* q row stride I + qpad: 1 keeps the CUDA kernels on their fp64 element path */
 } sw_case;
 /* buffers: 0 D1, 1 m_indices, 2 q, 3 sf, 4 packed, 5 counters */
 static dsk_status op_swiglu(dsk_ctx *cx, void *const *dev, const void *user) {
@@ -642,7 +644,7 @@ static dsk_status op_swiglu(dsk_ctx *cx, void *const *dev, const void *user) {
   memset(&d, 0, sizeof d);
   d.struct_size = sizeof d;
   d.rows = k->rows; d.I = k->I; d.D1 = dev[0]; d.D1_stride = k->ds; d.m_indices = k->mind ? dev[1] : NULL;
-  d.limit = k->limit; d.q = dev[2]; d.q_stride = k->I + 1;
+  d.limit = k->limit; d.q = dev[2]; d.q_stride = k->I + k->qpad;
   d.sf = k->raw ? dev[3] : NULL; d.sf_stride = k->I / 128;
   d.sf_packed = k->packed ? dev[4] : NULL; d.counters = dev[5];
   d.flags = k->flags;
@@ -650,13 +652,19 @@ static dsk_status op_swiglu(dsk_ctx *cx, void *const *dev, const void *user) {
 }
 
 static int check_swiglu(dsk_ctx *ctx, dsk_ctx *ref, const dsk_check_opts *o, tu_counts *c, FILE *log) {
+  /* q strides: I + 4 (the CUDA fp32 forms) and I + 1 (their fp64 fallback);
+   * 1100 x 2048 has 4,400 (row, word) items: the many-items kernel */
   static const sw_case cs[] = {
-      {200, 256, 512, 10.0f, 6.0f, 1, 1, 1, 0},
-      {37, 384, 800, 0.0f, 3.0f, 0, 1, 1, 0},
-      {64, 128, 256, 10.0f, 30.0f, 1, 0, 1, 0},
-      {1, 256, 512, 10.0f, 1.0f, 0, 1, 0, 0},
+      {200, 256, 512, 10.0f, 6.0f, 1, 1, 1, 0, 4},
+      {200, 256, 512, 10.0f, 6.0f, 1, 1, 1, 0, 1},
+      {37, 384, 800, 0.0f, 3.0f, 0, 1, 1, 0, 1},
+      {64, 128, 256, 10.0f, 30.0f, 1, 0, 1, 0, 4},
+      {1, 256, 512, 10.0f, 1.0f, 0, 1, 0, 0, 4},
+      {1100, 2048, 4096, 10.0f, 4.0f, 1, 1, 1, 0, 4},
+      {1100, 2048, 4100, 0.0f, 2.0f, 0, 0, 1, 0, 0},
   };
-  static const sw_case full[] = {{16384, 2048, 4096, 10.0f, 4.0f, 1, 0, 1, 0}, {4096, 3072, 6144, 0.0f, 2.0f, 0, 1, 1, 0}};
+  static const sw_case full[] = {{16384, 2048, 4096, 10.0f, 4.0f, 1, 0, 1, 0, 0},
+                                 {4096, 3072, 6144, 0.0f, 2.0f, 0, 1, 1, 0, 1}};
   tu_rng r = tu_rng_make(o->seed ^ 0x5161u);
   int rc = 0;
   const int nq = (int)(sizeof cs / sizeof cs[0]), nf = o->quick ? 0 : (int)(sizeof full / sizeof full[0]);
@@ -679,18 +687,19 @@ static int check_swiglu(dsk_ctx *ctx, dsk_ctx *ref, const dsk_check_opts *o, tu_
     memset(&p, 0, sizeof p);
     pair_add(&p, D1, sizeof(dsk_bf16) * (size_t)(R * k->ds), 0);
     pair_add(&p, mind, sizeof(int32_t) * (size_t)R, 0);
-    pair_add(&p, NULL, (size_t)(R * (I + 1)), 0xAB);
+    const int64_t qs = I + k->qpad;
+    pair_add(&p, NULL, (size_t)(R * qs), 0xAB);
     pair_add(&p, NULL, (size_t)(R * ng), 0xAB);
     pair_add(&p, NULL, (size_t)dsk_sf_packed_words(1, R, ng) * 4, 0xAB);
     pair_add(&p, NULL, 16, 0);
     char what[64];
-    snprintf(what, sizeof what, "swiglu_quant %lldx%lld limit %g%s", (long long)R, (long long)I, (double)k->limit,
-             skip ? " skip-pad" : "");
+    snprintf(what, sizeof what, "swiglu_quant %lldx%lld q+%lld limit %g%s", (long long)R, (long long)I,
+             (long long)k->qpad, (double)k->limit, skip ? " skip-pad" : "");
     dsk_status st = pair_run(ctx, ref, &p, op_swiglu, k);
     if (pair_ok(st, what, c, log)) {
       const uint8_t *q0 = p.got[0][2], *q1 = p.got[1][2];
       int64_t qd = 0, far = 0;
-      for (int64_t i = 0; i < R * (I + 1); i++)
+      for (int64_t i = 0; i < R * qs; i++)
         if (q0[i] != q1[i]) {
           qd++;
           /* one e4m3 step: same sign, magnitude codes adjacent */
@@ -705,7 +714,7 @@ static int check_swiglu(dsk_ctx *ctx, dsk_ctx *ref, const dsk_check_opts *o, tu_
         int64_t touched = 0;
         for (int64_t i = 0; i < R; i++)
           if (mind[i] < 0)
-            touched += q0[i * (I + 1)] != 0xAB || (k->raw && ((const uint8_t *)p.got[0][3])[i * ng] != 0xAB);
+            touched += q0[i * qs] != 0xAB || (k->raw && ((const uint8_t *)p.got[0][3])[i * ng] != 0xAB);
         TU_CHECK(c, touched == 0, "moe %s: %lld padding rows written", what, (long long)touched);
         rc |= touched != 0;
       }

@@ -168,7 +168,7 @@ __device__ __forceinline__ uint8_t quant128_group(const Q128Params &p, int64_t r
  * (packed output only) write the zero padding words. */
 template <int MODE, bool F32, bool V4 = false>
 __global__ void quant128_kernel(Q128Params p) {
-  static_assert(!V4 || (MODE == 0 && !F32), "the vector form: bf16 quantize only");
+  static_assert(!V4 || !F32, "the vector forms: bf16 quantize (MODE 0) and fp32 SwiGLU (MODE 1)");
   dsk_ptx::pdl_wait(); /* before any global access (PDL) */
   if (DSK_MOE_SK_PREFETCH) dsk_ptx::pdl_launch_dependents(); /* a GEMM after it may start its weights */
   const int lane = threadIdx.x & 31;
@@ -183,6 +183,31 @@ __global__ void quant128_kernel(Q128Params p) {
     const int64_t r = it / kp, pw = it - r * kp;
     if (r >= p.rows) { /* padding row of the packed tensor */
       if (lane == 0) p.sf_packed[pw * p.T4 + r] = 0;
+      continue;
+    }
+    if (V4 && MODE == 1) { /* SwiGLU in fp32 (moe_swiglu.cuh): the word's groups loaded at once */
+      const bool pad = p.m_indices != nullptr && p.m_indices[r] < 0;
+      const int64_t I = p.ng * DSK_FMT_FP8_GROUP;
+      const uint16_t *xr = (const uint16_t *)p.x + r * p.x_stride;
+      uint8_t *qr = p.q + r * p.q_stride;
+      SwigluIn in[4];
+#pragma unroll
+      for (int j = 0; j < 4; j++)
+        if (!pad && pw * 4 + j < p.ng) in[j] = swiglu_load(xr, I, pw * 4 + j, lane);
+      uint32_t word = 0;
+#pragma unroll
+      for (int j = 0; j < 4; j++) {
+        const int64_t g = pw * 4 + j;
+        if (g >= p.ng) break; /* warp-uniform */
+        uint8_t e = 0;
+        if (pad)
+          *reinterpret_cast<uint32_t *>(qr + g * DSK_FMT_FP8_GROUP + 4 * lane) = 0u;
+        else
+          e = swiglu_codes_f32(in[j], g, p.limit, qr, lane, bad);
+        word |= (uint32_t)e << (8 * j);
+        if (p.sf && lane == 0) p.sf[r * p.sf_stride + g] = e;
+      }
+      if (p.sf_packed && lane == 0) p.sf_packed[pw * p.T4 + r] = (int32_t)word;
       continue;
     }
     if (V4) { /* MODE 0, bf16: the word's groups loaded at once, lane = 4 adjacent columns of each */
@@ -358,12 +383,14 @@ template <int MODE, bool F32>
 dsk_status launch_q128(const Q128Params &p, cudaStream_t st, const char *what) {
   const int64_t items = (p.sf_packed ? p.T4 : p.rows) * ((p.ng + 3) / 4);
   /* MoE v16c: bf16 rows 8-byte aligned, q rows 4-byte aligned: 8-byte loads
-   * of all four groups of a word before the first is coded, 4-byte stores */
-  const bool v4 = DSK_MOE_QUANT_V4 && MODE == 0 && !F32 && items > kQ128GroupItems && p.x_stride % 4 == 0 &&
-                  ((uintptr_t)p.x & 7u) == 0 && p.q_stride % 4 == 0 && ((uintptr_t)p.q & 3u) == 0;
+   * of all four groups of a word before the first is coded, 4-byte stores
+   * (the SwiGLU in fp32, moe_swiglu.cuh) */
+  const bool v4 = (MODE == 0 ? DSK_MOE_QUANT_V4 : DSK_MOE_SWIGLU_F32) && !F32 && items > kQ128GroupItems &&
+                  p.x_stride % 4 == 0 && ((uintptr_t)p.x & 7u) == 0 && p.q_stride % 4 == 0 &&
+                  ((uintptr_t)p.q & 3u) == 0;
   if (v4) {
-    if constexpr (MODE == 0 && !F32)
-      DSK_CUDA_TRY(what, moe_launch(quant128_kernel<0, false, true>, dim3(grid_for(items, kThreads / 32)), dim3(kThreads), 0, st, p));
+    if constexpr (!F32)
+      DSK_CUDA_TRY(what, moe_launch(quant128_kernel<MODE, false, true>, dim3(grid_for(items, kThreads / 32)), dim3(kThreads), 0, st, p));
     return DSK_STATUS_OK;
   }
   if (items <= kQ128GroupItems)
