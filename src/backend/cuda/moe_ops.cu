@@ -306,10 +306,13 @@ __global__ void __launch_bounds__(kThreads) quant128_group_kernel(Q128Params p) 
  * words (blocks of y = 0), as in the other kernels. At decode a block holds
  * a few live rows, so every (row, group) has a warp of its own. */
 constexpr int kLiveRows = 64, kLiveThreads = 128;
-/* DSK_MOE_SWIGLU_RPI (compile-time; default 4): rows a warp of the fp32
- * skip-padding SwiGLU kernel loads before it codes the first of them */
+/* DSK_MOE_SWIGLU_RPI (compile-time; default 1): rows a warp of the fp32
+ * skip-padding SwiGLU kernel loads before it codes the first of them. 4
+ * measured slower at T 4096 on the H100 (DSv4-Flash 351 us against 274 with
+ * 1; docs/benchmarks.md "MoE v15 and v16"): each row's inlined fp64
+ * fallbacks quadruple the loop's code. */
 #ifndef DSK_MOE_SWIGLU_RPI
-#define DSK_MOE_SWIGLU_RPI 4
+#define DSK_MOE_SWIGLU_RPI 1
 #endif
 template <bool F32>
 __global__ void __launch_bounds__(kLiveThreads) swiglu_live_kernel(Q128Params p) {
