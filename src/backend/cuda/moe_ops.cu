@@ -309,8 +309,8 @@ constexpr int kLiveRows = 64, kLiveThreads = 128;
 /* DSK_MOE_SWIGLU_RPI (compile-time; default 1): rows a warp of the fp32
  * skip-padding SwiGLU kernel loads before it codes the first of them. 4
  * measured slower at T 4096 on the H100 (DSv4-Flash 351 us against 274 with
- * 1; docs/benchmarks.md "MoE v15 and v16"): each row's inlined fp64
- * fallbacks quadruple the loop's code. */
+ * 1; docs/benchmarks.md "MoE v15 and v16"; not profiled: the loop's code,
+ * with each row's fp64 fallbacks inlined, is four times larger). */
 #ifndef DSK_MOE_SWIGLU_RPI
 #define DSK_MOE_SWIGLU_RPI 1
 #endif
