@@ -19,7 +19,7 @@
  *    within 1e-6 relative (bit-exact expected but for an fp32 ulp:
  *    logits are summed in another fixed order, scores use the device libm),
  *    counters equal; each without and with the workspace of
- *    dsk_moe_route_plan (T 1, 2, 3, 5, 7, 9, 64, 128, 512, 530; H 1, 8, 200,
+ *    dsk_moe_route_plan (T 1, 2, 3, 5, 7, 9, 64, 128, 130, 200, 512, 530; H 1, 8, 200,
  *    1000 with an odd x stride, 2056, 4096, 7168; E 37 and 1024; poisoned with 0xFF; plan bytes
  *    checked on both contexts), a second run on ctx bit-identical (ids,
  *    weights and the workspace), and a caller built before the workspace
@@ -357,6 +357,9 @@ static int check_route(dsk_ctx *ctx, dsk_ctx *ref, const dsk_check_opts *o, tu_c
       {"ws dsv4-pro T 128 (mma 16x32)", 128, 384, 6, 7168, 7168, DSK_MOE_SCORE_SQRT_SOFTPLUS, 0, 0, 1, 2.5f, 1},
       {"ws dsv4 T 512 (mma 64x64)", 512, 256, 6, 4096, 4096, DSK_MOE_SCORE_SQRT_SOFTPLUS, 0, 0, 1, 1.5f, 1},
       {"ws glm T 530 E 37 x stride 208", 530, 37, 5, 200, 208, DSK_MOE_SCORE_SIGMOID, 0, 0, 1, 1.0f, 1},
+      {"ws T 130 E 40 H 1000 (mma 16x32 partial)", 130, 40, 5, 1000, 1000, DSK_MOE_SCORE_SQRT_SOFTPLUS, 0, 0, 1, 1.5f, 1},
+      /* T >= 128 with an x stride that is not 16-byte friendly: the fp64 kernel */
+      {"ws T 200 odd x stride (fp64 path)", 200, 64, 4, 1000, 1003, DSK_MOE_SCORE_SIGMOID, 0, 0, 1, 1.0f, 1},
       {"old struct_size", 7, 256, 6, 256, 256, DSK_MOE_SCORE_SQRT_SOFTPLUS, 0, 0, 1, 1.5f, 2},
   };
   static const rt_case full[] = {
@@ -373,8 +376,10 @@ static int check_route(dsk_ctx *ctx, dsk_ctx *ref, const dsk_check_opts *o, tu_c
       {"ws glm-5.1", 1, 256, 8, 6144, 6144, DSK_MOE_SCORE_SIGMOID, 0, 0, 1, 2.5f, 1},
       {"ws glm-5.1", 64, 256, 8, 6144, 6144, DSK_MOE_SCORE_SIGMOID, 0, 0, 1, 2.5f, 1},
       {"ws dsv4 hash", 4096, 256, 6, 4096, 4096, DSK_MOE_SCORE_SQRT_SOFTPLUS, 1, 0, 1, 1.5f, 1},
-      /* more than 65535 token tiles of 8: the logits kernel's grid-stride loop */
-      {"ws T 524295 (tile loop)", 524295, 6, 2, 16, 16, DSK_MOE_SCORE_SIGMOID, 0, 0, 1, 1.0f, 1},
+      /* more than 65535 token tiles of 8: the fp64 logits kernel's grid-stride
+       * loop (an odd x stride keeps it off the MMA path, whose 64-token tiles
+       * reach the loop only past 4.2M tokens: emu_moe_route covers that loop) */
+      {"ws T 524295 (tile loop)", 524295, 6, 2, 16, 17, DSK_MOE_SCORE_SIGMOID, 0, 0, 1, 1.0f, 1},
   };
   tu_rng r = tu_rng_make(o->seed ^ 0x2047u);
   int rc = 0;

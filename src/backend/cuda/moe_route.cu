@@ -17,11 +17,13 @@
  *    relative (random data never does; exact ties are resolved alike); the
  *    fp32 weights may differ by one ulp. With a workspace, T >= 128 and
  *    vector-friendly x / gate_w (MoE v15, moe_route_mma.cuh), the logits
- *    come from bf16 MMAs with a two-sum per 64 columns instead: ~48 bits
- *    (about 1e-8 of the sum of |products|), so ids may differ where two
- *    biased scores are within ~1e-7 relative (spec §8 allows 1e-6) and
- *    weights stay within 1e-6; identical gate rows still give identical
- *    logits. Deterministic run to run either way.
+ *    come from bf16 MMAs with a two-sum per warp and stage (16 or 64
+ *    products) instead: ~48 bits (about 1e-8 of the sum of |products|), so
+ *    ids may differ where two biased scores are within ~1e-7 relative (spec
+ *    §8 allows 1e-6) and weights stay within 1e-6; identical gate rows still
+ *    give identical logits. Deterministic run to run either way; a near tie
+ *    may resolve differently for another T (the kernel, and the tile, depend
+ *    on T). A stage sum beyond fp32's range is +-Inf (fp64: finite).
  *
  * Kernels:
  *  route           one block per TB in {1,2,4,8} tokens (512 threads;
@@ -47,7 +49,9 @@
  *                  launched with PDL (griddepcontrol.wait before any read).
  *
  * Capture-safe: no allocation, no host synchronisation, no host reads of
- * device data; shared memory per block <= 48 KB (no opt-in needed).
+ * device data; shared memory per block <= 48 KB, except the MMA logits'
+ * small tile (72 KB: cudaFuncSetAttribute before each launch, <= SM120's
+ * 99 KB).
  */
 #include <stdint.h>
 #include <string.h>

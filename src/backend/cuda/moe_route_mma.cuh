@@ -10,7 +10,8 @@
  * 16 in the small), and each such sum is added to the warp's fp32 (hi, lo)
  * pair by an error-free two-sum, so the logit carries about 48 bits: its
  * error is those partial sums' own fp32 rounding (a few units in the last
- * place of each, ~1e-8 of |z| for the spec's data) instead of
+ * place of each: ~1e-8 of the sum of |products| for the spec's data, which
+ * under cancellation is larger than |z|) instead of
  * the ~sqrt(H) ulps of one fp32 accumulator over H (which the router's
  * weight bound of 1e-5 relative would not survive at H 7168). The
  * fp64-FMA kernel this replaces at T >= 128 needed 1.0 ms for DSv4-Flash at
