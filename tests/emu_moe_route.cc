@@ -46,20 +46,8 @@ struct Case {
   unsigned gy;           /* 0: one CTA row per token tile; else this many (the tile loop) */
 };
 
-uint16_t bf16_of(double v) {
-  float f = (float)v;
-  uint32_t u;
-  memcpy(&u, &f, 4);
-  if ((u & 0x7FFFFFFFu) > 0x7F800000u) return (uint16_t)(0x7FC0u | ((u >> 16) & 0x8000u));
-  u += 0x7FFFu + ((u >> 16) & 1u);
-  return (uint16_t)(u >> 16);
-}
-double bf16_d(uint16_t h) {
-  const uint32_t u = (uint32_t)h << 16;
-  float f;
-  memcpy(&f, &u, 4);
-  return (double)f;
-}
+uint16_t bf16_of(double v) { return dsk_bf16_from_f32((float)v); }
+double bf16_d(uint16_t h) { return (double)dsk_bf16_to_f32(h); }
 void two_sum(float &hi, float &lo, float v) {
   const float s = hi + v;
   const float bp = s - hi;

@@ -321,9 +321,7 @@ static dsk_status op_route(dsk_ctx *cx, void *const *dev, const void *user) {
 static double rt_biased(const rt_case *k, const dsk_bf16 *x, const dsk_bf16 *g, const float *bias, int64_t t, int64_t e) {
   double z = 0;
   for (int64_t h = 0; h < k->H; h++) z += mc_bf(x[t * k->xs + h]) * mc_bf(g[e * k->H + h]);
-  const double s = k->score == DSK_MOE_SCORE_SIGMOID ? 1.0 / (1.0 + exp(-z))
-                                                     : sqrt((z > 0 ? z : 0.0) + log1p(exp(-fabs(z))));
-  return s + (double)bias[e];
+  return mc_score(k->score, z) + (double)bias[e];
 }
 
 static int check_route(dsk_ctx *ctx, dsk_ctx *ref, const dsk_check_opts *o, tu_counts *c, FILE *log) {

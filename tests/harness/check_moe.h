@@ -37,6 +37,12 @@ static inline void *mc_host(size_t n) { return calloc(1, n ? n : 1); }
 double mc_diff(const double *x, const double *y, int64_t n);
 static inline double mc_bf(dsk_bf16 b) { return (double)dsk_bf16_to_f32(b); }
 static inline double mc_ue(uint8_t e) { return e == 0xFF ? NAN : ldexp(1.0, (int)e - 127); }
+/* The router's score of a logit in fp64 (spec §6.1 / §6.3): sigmoid, or
+ * sqrt(softplus) with softplus(z) = max(z, 0) + log1p(exp(-|z|)). */
+static inline double mc_score(int score, double z) {
+  if (score == DSK_MOE_SCORE_SIGMOID) return 1.0 / (1.0 + exp(-z));
+  return sqrt((z > 0 ? z : 0.0) + log1p(exp(-fabs(z))));
+}
 int mc_ceil_log2f(float f);
 void mc_qdq(const float *v, int64_t n, double *out);
 void mc_fill_bytes(tu_rng *r, uint8_t *p, size_t n);

@@ -142,11 +142,6 @@ static void oracle_expert(const mc_lut *l, int mx, const uint8_t *const *w, cons
   free(r3);
 }
 
-static double score_of(int score, double z) {
-  if (score == DSK_MOE_SCORE_SIGMOID) return 1.0 / (1.0 + exp(-z));
-  return sqrt(z > 30 ? z : log1p(exp(z)));
-}
-
 /* Prepares, uploads and runs one layer on one context: y (host) out, plus
  * ids/weights (router mode) and the counters. ids_in / w_in (host, [T,
  * topk]) skip the router. reps > 0: after the first run, reps more runs are
@@ -452,7 +447,7 @@ int check_case(dsk_ctx *ctx, dsk_ctx *ref, int same, const mc_case *cs, const in
             double acc = 0;
             for (int64_t h = 0; h < H; h++) acc += mc_bf(x[t * H + h]) * mc_bf(gw[e * H + h]);
             z[e] = acc;
-            sc[e] = score_of(cs->score, acc);
+            sc[e] = mc_score(cs->score, acc);
           }
           /* the fp64 top-k (ties: lower id) and its margin */
           double kth = INFINITY, next = -INFINITY;
@@ -609,7 +604,7 @@ int dsk__moe_demo_row(dsk_ctx *ctx, dsk_ctx *ref, int which, int quick, int reps
       for (int64_t e = 0; e < E; e++) {
         double acc = 0;
         for (int64_t h = 0; h < H; h++) acc += mc_bf(x[t * H + h]) * mc_bf(gw[e * H + h]);
-        sc[e] = score_of(cs->score, acc);
+        sc[e] = mc_score(cs->score, acc);
       }
       for (int64_t k = 0; k < K; k++)
         if (ids[t * K + k] >= 0 && ids[t * K + k] < E) sum += sc[ids[t * K + k]];

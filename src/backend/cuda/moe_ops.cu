@@ -161,6 +161,34 @@ __device__ __forceinline__ uint8_t quant128_group(const Q128Params &p, int64_t r
   return e;
 }
 
+/* The vector forms of one group (bf16 rows 8-byte aligned, q rows 4-byte
+ * aligned; lane = 4 adjacent columns): the load (MODE 0: the x values in
+ * .g; MODE 1: gate and up) and the codes, stored 4 bytes at a time (MODE 1:
+ * the fp32 SwiGLU of moe_swiglu.cuh; padding rows: zeros, byte 0). */
+template <int MODE>
+__device__ __forceinline__ SwigluIn q128_v4_load(const Q128Params &p, int64_t r, int64_t g, int lane) {
+  const uint16_t *xr = (const uint16_t *)p.x + r * p.x_stride;
+  if (MODE == 1) return swiglu_load(xr, p.ng * DSK_FMT_FP8_GROUP, g, lane);
+  return {*reinterpret_cast<const uint2 *>(xr + g * DSK_FMT_FP8_GROUP + 4 * lane), make_uint2(0, 0)};
+}
+template <int MODE>
+__device__ __forceinline__ uint8_t q128_v4_group(const Q128Params &p, const SwigluIn &in, int64_t r, int64_t g,
+                                                 int lane, bool pad, int &bad) {
+  uint8_t *qr = p.q + r * p.q_stride;
+  uint32_t *q4 = reinterpret_cast<uint32_t *>(qr + g * DSK_FMT_FP8_GROUP + 4 * lane);
+  if (pad) {
+    *q4 = 0u;
+    return 0;
+  }
+  if (MODE == 1) return swiglu_codes_f32(in, g, p.limit, qr, lane, bad);
+  const float v[4] = {__uint_as_float(in.g.x << 16), __uint_as_float(in.g.x & 0xFFFF0000u),
+                      __uint_as_float(in.g.y << 16), __uint_as_float(in.g.y & 0xFFFF0000u)};
+  uint8_t q[4];
+  const uint8_t e = q128_warp_codes(v, q, bad);
+  *q4 = (uint32_t)q[0] | ((uint32_t)q[1] << 8) | ((uint32_t)q[2] << 16) | ((uint32_t)q[3] << 24);
+  return e;
+}
+
 /* MODE 0: dsk_fp8_quantize_1x128 (F32 = fp32 input); MODE 1:
  * dsk_swiglu_quant (bf16 D1), for many items. One warp per (row, word p):
  * groups 4p..4p+3;
@@ -185,60 +213,20 @@ __global__ void quant128_kernel(Q128Params p) {
       if (lane == 0) p.sf_packed[pw * p.T4 + r] = 0;
       continue;
     }
-    if (V4 && MODE == 1) { /* SwiGLU in fp32 (moe_swiglu.cuh): the word's groups loaded at once */
-      const bool pad = p.m_indices != nullptr && p.m_indices[r] < 0;
-      const int64_t I = p.ng * DSK_FMT_FP8_GROUP;
-      const uint16_t *xr = (const uint16_t *)p.x + r * p.x_stride;
-      uint8_t *qr = p.q + r * p.q_stride;
-      SwigluIn in[4];
-#pragma unroll
-      for (int j = 0; j < 4; j++)
-        if (!pad && pw * 4 + j < p.ng) in[j] = swiglu_load(xr, I, pw * 4 + j, lane);
-      uint32_t word = 0;
-#pragma unroll
-      for (int j = 0; j < 4; j++) {
-        const int64_t g = pw * 4 + j;
-        if (g >= p.ng) break; /* warp-uniform */
-        uint8_t e = 0;
-        if (pad)
-          *reinterpret_cast<uint32_t *>(qr + g * DSK_FMT_FP8_GROUP + 4 * lane) = 0u;
-        else
-          e = swiglu_codes_f32(in[j], g, p.limit, qr, lane, bad);
-        word |= (uint32_t)e << (8 * j);
-        if (p.sf && lane == 0) p.sf[r * p.sf_stride + g] = e;
-      }
-      if (p.sf_packed && lane == 0) p.sf_packed[pw * p.T4 + r] = (int32_t)word;
-      continue;
-    }
-    if (V4) { /* MODE 0, bf16: the word's groups loaded at once, lane = 4 adjacent columns of each */
-      const uint16_t *xr = (const uint16_t *)p.x + r * p.x_stride;
-      uint2 w4[4];
-#pragma unroll
-      for (int j = 0; j < 4; j++)
-        if (pw * 4 + j < p.ng) w4[j] = *reinterpret_cast<const uint2 *>(xr + (pw * 4 + j) * DSK_FMT_FP8_GROUP + 4 * lane);
-      uint32_t word = 0;
-#pragma unroll
-      for (int j = 0; j < 4; j++) {
-        const int64_t g = pw * 4 + j;
-        if (g >= p.ng) break; /* warp-uniform */
-        const float v[4] = {__uint_as_float(w4[j].x << 16), __uint_as_float(w4[j].x & 0xFFFF0000u),
-                            __uint_as_float(w4[j].y << 16), __uint_as_float(w4[j].y & 0xFFFF0000u)};
-        uint8_t q[4];
-        const uint8_t e = q128_warp_codes(v, q, bad);
-        *reinterpret_cast<uint32_t *>(p.q + r * p.q_stride + g * DSK_FMT_FP8_GROUP + 4 * lane) =
-            (uint32_t)q[0] | ((uint32_t)q[1] << 8) | ((uint32_t)q[2] << 16) | ((uint32_t)q[3] << 24);
-        word |= (uint32_t)e << (8 * j);
-        if (p.sf && lane == 0) p.sf[r * p.sf_stride + g] = e;
-      }
-      if (p.sf_packed && lane == 0) p.sf_packed[pw * p.T4 + r] = (int32_t)word;
-      continue;
-    }
     const bool pad = MODE == 1 && p.m_indices != nullptr && p.m_indices[r] < 0;
+    SwigluIn in[4]; /* V4: the word's groups, all loaded before the first is coded */
+    if (V4) {
+#pragma unroll
+      for (int j = 0; j < 4; j++)
+        if (!pad && pw * 4 + j < p.ng) in[j] = q128_v4_load<MODE>(p, r, pw * 4 + j, lane);
+    }
     uint32_t word = 0;
+#pragma unroll(V4 ? 4 : 1) /* in[j] stays in registers; the element loop's code stays one copy */
     for (int j = 0; j < 4; j++) {
       const int64_t g = pw * 4 + j;
       if (g >= p.ng) break; /* warp-uniform */
-      const uint8_t e = quant128_group<MODE, F32>(p, r, g, lane, pad, I, bad);
+      const uint8_t e = V4 ? q128_v4_group<MODE>(p, in[j], r, g, lane, pad, bad)
+                           : quant128_group<MODE, F32>(p, r, g, lane, pad, I, bad);
       word |= (uint32_t)e << (8 * j);
       if (p.sf && lane == 0) p.sf[r * p.sf_stride + g] = e;
     }

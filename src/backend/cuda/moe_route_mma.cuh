@@ -86,6 +86,18 @@ struct RmCfg {
 template <int ROWB>
 __device__ __forceinline__ int rm_swz(int r, int ch) { return r * ROWB + ((ch ^ (r & 7)) << 4); }
 
+/* f(i, j, v) for every accumulator of a warp: m16 tile i, n8 tile j,
+ * fragment element v (unrolled: constant indices keep them in registers) */
+template <typename C, typename F>
+__device__ __forceinline__ void rm_each(F &&f) {
+#pragma unroll
+  for (int i = 0; i < C::MT; i++)
+#pragma unroll
+    for (int j = 0; j < C::NT; j++)
+#pragma unroll
+      for (int v = 0; v < 4; v++) f(i, j, v);
+}
+
 /* (hi, lo) += v without rounding loss (Knuth's two-sum; no FMA involved) */
 __device__ __forceinline__ void rm_two_sum(float &hi, float &lo, float v) {
   const float s = hi + v;
@@ -132,12 +144,7 @@ __global__ void __launch_bounds__(RmCfg<LARGE>::THREADS) route_logits_mma_kernel
       dsk_ptx::cp_async_commit();
     }
     float hi[C::MT][C::NT][4], lo[C::MT][C::NT][4];
-#pragma unroll
-    for (int i = 0; i < C::MT; i++)
-#pragma unroll
-      for (int j = 0; j < C::NT; j++)
-#pragma unroll
-        for (int v = 0; v < 4; v++) hi[i][j][v] = lo[i][j][v] = 0.0f;
+    rm_each<C>([&](int i, int j, int v) { hi[i][j][v] = lo[i][j][v] = 0.0f; });
     for (int kt = 0; kt < KT; kt++) {
       dsk_ptx::cp_async_wait<C::STAGES - 2>();
       __syncthreads(); /* stage kt landed for every thread; slot (kt - 1) % STAGES is free */
@@ -145,12 +152,7 @@ __global__ void __launch_bounds__(RmCfg<LARGE>::THREADS) route_logits_mma_kernel
       dsk_ptx::cp_async_commit();
       const uint8_t *s = smem + (kt % C::STAGES) * C::STAGE;
       float c[C::MT][C::NT][4];
-#pragma unroll
-      for (int i = 0; i < C::MT; i++)
-#pragma unroll
-        for (int j = 0; j < C::NT; j++)
-#pragma unroll
-          for (int v = 0; v < 4; v++) c[i][j][v] = 0.0f;
+      rm_each<C>([&](int i, int j, int v) { c[i][j][v] = 0.0f; });
 #pragma unroll
       for (int ks = wk; ks < C::KS; ks += C::WK) {
         /* A: matrix l >> 3 = (rows +8 if odd, columns +8 if >= 2); B: two
@@ -173,12 +175,7 @@ __global__ void __launch_bounds__(RmCfg<LARGE>::THREADS) route_logits_mma_kernel
           }
         }
       }
-#pragma unroll
-      for (int i = 0; i < C::MT; i++)
-#pragma unroll
-        for (int j = 0; j < C::NT; j++)
-#pragma unroll
-          for (int v = 0; v < 4; v++) rm_two_sum(hi[i][j][v], lo[i][j][v], c[i][j][v]);
+      rm_each<C>([&](int i, int j, int v) { rm_two_sum(hi[i][j][v], lo[i][j][v], c[i][j][v]); });
     }
     dsk_ptx::cp_async_wait<0>();
     __syncthreads(); /* every warp is done with the ring (the exchange reuses it; the next tile refills it) */
@@ -186,46 +183,31 @@ __global__ void __launch_bounds__(RmCfg<LARGE>::THREADS) route_logits_mma_kernel
       /* warps 1..WK-1 leave their pairs; warp 0 adds them in warp order */
       float2 *xs = reinterpret_cast<float2 *>(smem);
       constexpr int PER = C::MT * C::NT * 4;
-      if (wk > 0) {
-#pragma unroll
-        for (int i = 0; i < C::MT; i++)
-#pragma unroll
-          for (int j = 0; j < C::NT; j++)
-#pragma unroll
-            for (int v = 0; v < 4; v++)
-              xs[((wk - 1) * PER + (i * C::NT + j) * 4 + v) * 32 + lane] = make_float2(hi[i][j][v], lo[i][j][v]);
-      }
+      /* warp w's slot of accumulator (i, j, v) for this lane */
+      auto slot = [&](int w, int i, int j, int v) -> float2 & {
+        return xs[((w - 1) * PER + (i * C::NT + j) * 4 + v) * 32 + lane];
+      };
+      if (wk > 0) rm_each<C>([&](int i, int j, int v) { slot(wk, i, j, v) = make_float2(hi[i][j][v], lo[i][j][v]); });
       __syncthreads();
       if (wk == 0) {
 #pragma unroll
         for (int w = 1; w < C::WK; w++)
-#pragma unroll
-          for (int i = 0; i < C::MT; i++)
-#pragma unroll
-            for (int j = 0; j < C::NT; j++)
-#pragma unroll
-              for (int v = 0; v < 4; v++) {
-                const float2 o = xs[((w - 1) * PER + (i * C::NT + j) * 4 + v) * 32 + lane];
-                rm_two_sum(hi[i][j][v], lo[i][j][v], o.x);
-                lo[i][j][v] += o.y;
-              }
+          rm_each<C>([&](int i, int j, int v) {
+            const float2 o = slot(w, i, j, v);
+            rm_two_sum(hi[i][j][v], lo[i][j][v], o.x);
+            lo[i][j][v] += o.y;
+          });
       }
       __syncthreads(); /* the exchange is read before the next tile's copies */
     }
-    if (wk == 0) {
-#pragma unroll
-      for (int i = 0; i < C::MT; i++)
-#pragma unroll
-        for (int j = 0; j < C::NT; j++)
-#pragma unroll
-          for (int v = 0; v < 4; v++) {
-            const int64_t t = t0 + wm * (C::MT * 16) + i * 16 + g + (v >> 1) * 8;
-            const int64_t e = e0 + wn * (C::NT * 8) + j * 8 + 2 * q + (v & 1);
-            const float h = hi[i][j][v];
-            const double zv = isfinite(h) ? (double)h + (double)lo[i][j][v] : (double)h;
-            if (t < T && e < E) p.z[t * E + e] = zv;
-          }
-    }
+    if (wk == 0)
+      rm_each<C>([&](int i, int j, int v) {
+        const int64_t t = t0 + wm * (C::MT * 16) + i * 16 + g + (v >> 1) * 8;
+        const int64_t e = e0 + wn * (C::NT * 8) + j * 8 + 2 * q + (v & 1);
+        const float h = hi[i][j][v];
+        const double zv = isfinite(h) ? (double)h + (double)lo[i][j][v] : (double)h;
+        if (t < T && e < E) p.z[t * E + e] = zv;
+      });
   }
 }
 
