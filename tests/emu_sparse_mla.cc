@@ -383,6 +383,9 @@ int main() {
       /* grids of more than one wave on 132 SMs: the 4-warp 16-head kernel and the two-pass combine */
       {"B multi-wave w 70, T 45, H 48", B, 45, 48, 1, {{64, 70, 4, false}, {0, 0, 0, false}}, true, 1, 16},
       {"B multi-wave w 70, T 45, H 48", B, 45, 48, 1, {{64, 70, 4, false}, {0, 0, 0, false}}, true, 1, 32},
+      /* the 4-warp kernel's QK by candidates on Format A and on two segments with lengths (invalid = -inf) */
+      {"A multi-wave pbs 24 w 150 lens, T 45, H 8", A, 45, 8, 1, {{24, 150, 12, true}, {0, 0, 0, false}}, true, 1, 16},
+      {"B multi-wave swa + c128a lens, T 50, H 12", B, 50, 12, 2, {{64, 70, 3, true}, {2, 45, 40, true}}, false, 1, 16},
       /* the FAST kernel (e4m3 MMAs on the raw bytes, Q and P in two passes),
        * held to the ACCURATE bound: the design meets it (spec §7), and the
        * FAST bound alone would not catch a lost lo pass */

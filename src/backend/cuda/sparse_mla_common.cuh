@@ -262,6 +262,9 @@ __device__ __forceinline__ void stage_q(const Params &p, int64_t t, int h_first,
   q_store<F, IL, NR>(q_load<F, NR>(p, t, h_first, lane), lane, nope, nope_bytes, rope, rope_bytes, qscale, il_row0);
 }
 
+/* Lazy-maximum headroom of the softmax (log2 units): weights up to 2^8. */
+constexpr float kLazyLog2 = 8.f;
+
 /* The V-scale fold of PV: R is the running maximum tile scale of the
  * accumulators `acc` (NA blocks of 8 n-tiles: one 64-dim half in the
  * 16-head kernel, both head tiles in the 32-head one); s_lane is the scale
@@ -295,8 +298,14 @@ __device__ __forceinline__ float fold_v_scale(float &R, float s_lane, float (&ac
  * fp32, summed in order); valid: the stage's 32 candidate flags. Updates the
  * running max m2 (log2 domain) and this thread's partial row sums, rescales
  * the NH 64-dim halves of acc when a row max moved, and writes the probabilities to pv [ks][hi][row][pair].
+ * FINAL: S holds one block of final scores (log2 domain, invalid
+ * candidates -inf; the 4-warp 16-head kernel's QK by candidates), read as is.
+ * The maximum is lazy when LAZY > 0 (the 32-head kernels' rule): a row's m2
+ * moves only when the stage's maximum exceeds it by more than LAZY, so the
+ * weights stay <= 2^LAZY and most stages skip the rescale (the PV A
+ * operand P * scale / R then stays <= 2^LAZY: f16, far from overflow).
  * Same inputs, same operations: every warp holds identical values. */
-template <int NP = 4, int NH = 2>
+template <int NP = 4, int NH = 2, int LAZY = 0, bool FINAL = false>
 __device__ __forceinline__ void stage_softmax(const float *S, const int32_t *valid, float scale_log2, int g, int q4,
                                               float (&m2)[2], float (&lsum)[2], float (&acc)[NH][8][4],
                                               float (&pv)[2][2][2][2]) {
@@ -308,6 +317,17 @@ __device__ __forceinline__ void stage_softmax(const float *S, const int32_t *val
 #pragma unroll
     for (int hi = 0; hi < 2; hi++) {
       const int cc = ks * 16 + hi * 8 + 2 * q4;
+      if constexpr (FINAL) { /* block 0 holds final scores (log2 domain, invalid = -inf) */
+        const float2 x0 = *reinterpret_cast<const float2 *>(S + g * PST + cc);
+        const float2 x1 = *reinterpret_cast<const float2 *>(S + (g + 8) * PST + cc);
+        sc[ks][hi][0][0] = x0.x;
+        sc[ks][hi][0][1] = x0.y;
+        sc[ks][hi][1][0] = x1.x;
+        sc[ks][hi][1][1] = x1.y;
+        mx0 = fmaxf(mx0, fmaxf(x0.x, x0.y));
+        mx1 = fmaxf(mx1, fmaxf(x1.x, x1.y));
+        continue;
+      }
       float2 s0 = make_float2(0.f, 0.f), s1 = make_float2(0.f, 0.f);
 #pragma unroll
       for (int w = 0; w < NP; w++) {
@@ -332,11 +352,17 @@ __device__ __forceinline__ void stage_softmax(const float *S, const int32_t *val
     mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, o));
     mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, o));
   }
-  const float mn[2] = {fmaxf(m2[0], mx0), fmaxf(m2[1], mx1)};
-  float al[2];
+  const float mx[2] = {mx0, mx1};
+  float mn[2], al[2];
 #pragma unroll
   for (int r = 0; r < 2; r++) {
-    al[r] = mn[r] == kNegInf ? 1.f : fast_exp2(m2[r] - mn[r]);
+    if (LAZY > 0) {
+      mn[r] = mx[r] > m2[r] + (float)LAZY ? mx[r] : m2[r];
+      al[r] = mn[r] == m2[r] ? 1.f : fast_exp2(m2[r] - mn[r]);
+    } else {
+      mn[r] = fmaxf(m2[r], mx[r]);
+      al[r] = mn[r] == kNegInf ? 1.f : fast_exp2(m2[r] - mn[r]);
+    }
     m2[r] = mn[r];
     lsum[r] *= al[r];
   }

@@ -26,10 +26,13 @@
  * are processed in stages of 32: the raw cache records are copied into
  * shared memory with cp.async (double buffer; invalid candidates are zero
  * filled, never read), then
- *  - QK: warp w scores all 32 candidates over its share of the Dqk dims
- *    (4 warps: Format A: nope tile w and rope k-step w; Format B: nope tiles
- *    2w, 2w+1, warp 3 also the four rope k-steps) and leaves its partial
- *    scores in shared memory; the softmax sums the warps' partials. The fp8 nope
+ *  - QK: with 4 warps, warp w scores candidates 8w..8w+7 over all Dqk dims
+ *    and writes their final scores (log2 domain, invalid ones -inf) to
+ *    shared memory (DSK_MLA16_CSPLIT); with 8 warps, warp w scores all 32
+ *    candidates over its share of the dims (Format A: half of nope tile
+ *    w/2, rope k-step w for w < 4; Format B: nope tile w for w < 7, warp 7
+ *    the four rope k-steps) and the softmax sums the 8 warps' partial
+ *    scores. The fp8 nope
  *    part runs as f16 MMAs: e4m3 converts exactly to f16, and Q is converted
  *    to f16 after an exact power-of-two pre-scale per head that keeps it in
  *    range; Q's nope dims are stored fragment-interleaved
@@ -37,8 +40,11 @@
  *    partial sum is multiplied by that candidate's tile scale in fp32
  *    (exact for arbitrary Format A scales). The bf16 rope part runs as bf16
  *    MMAs.
- *  - online softmax in the log2 domain; invalid candidates get weight
- *    exactly 0 and no (-inf) - (-inf) is ever formed.
+ *  - online softmax in the log2 domain with a lazy maximum (a row's
+ *    maximum moves only when a stage exceeds it by more than 2^8,
+ *    DSK_MLA16_LAZY, so most stages skip the accumulators' rescale);
+ *    invalid candidates get weight exactly 0 and no (-inf) - (-inf) is
+ *    ever formed.
  *  - PV: warp w owns output dims 128w..128w+127 as two 64-dim halves (4
  *    warps; with 8, dims 64w..64w+63). The
  *    fp8 part is an f16 MMA with A = P * (scale_c / R), where R is the

@@ -5,11 +5,28 @@
  *
  * Work of warp w (NW = 4 | NW = 8, where each warp does half as much):
  *  - Q staging: heads 4w..4w+3 | 2w, 2w+1.
- *  - QK, Format A (4 scale tiles of 128 dims, 4 rope k-steps): tile w, rope
- *    k-step w | half w&1 of tile w/2, rope k-step w for w < 4.
- *    Format B (7 tiles of 64, 4 rope k-steps): tiles 2w, 2w+1 (< 7), warp 3
- *    also the rope | tile w for w < 7, warp 7 the rope.
+ *  - QK: candidates 8w..8w+7 over every dim, final scores (DSK_MLA16_CSPLIT;
+ *    with it off, by dims as with 8 warps: Format A tile w and rope k-step
+ *    w, Format B tiles 2w, 2w+1 (< 7), warp 3 also the rope) | all 32
+ *    candidates, partial scores over Format A's half w&1 of tile w/2 and
+ *    rope k-step w for w < 4, or Format B's tile w for w < 7, warp 7 the
+ *    rope.
  *  - PV: output dims 128w..128w+127 (two 64-dim halves) | 64w..64w+63. */
+/* DSK_MLA16_LAZY (compile time): the softmax's lazy-maximum headroom in
+ * log2 units (stage_softmax); 0 = a row max moves with every stage that
+ * raises it (the rescale of the accumulators then runs in most stages: ncu
+ * at DSv4-Flash H 8 T 256 counted it in all of them) */
+#ifndef DSK_MLA16_LAZY
+#define DSK_MLA16_LAZY 8
+#endif
+/* DSK_MLA16_CSPLIT (compile time): the 4-warp kernel's QK by candidates
+ * (warp w: candidates 8w .. 8w+7 over every dim, final scores to P; the
+ * softmax reads one block) instead of by dims (partial scores of the four
+ * warps summed by every warp's softmax) */
+#ifndef DSK_MLA16_CSPLIT
+#define DSK_MLA16_CSPLIT 1
+#endif
+static_assert(DSK_MLA16_LAZY == 0 || DSK_MLA16_LAZY == (int)kLazyLog2, "the 16-head kernel's lazy headroom");
 constexpr int kHeads = DSK_MLA_HEADS;
 constexpr int kThreads = DSK_MLA_THREADS;
 constexpr int kThreads8 = 32 * DSK_MLA_WARPS8;
@@ -21,6 +38,8 @@ __global__ void __launch_bounds__(32 * NW) sparse_mla_kernel(const Params p) {
   constexpr int RPW = kHeads / NW; /* Q rows staged per warp */
   constexpr int TPC = NW;          /* threads per staged candidate: 32 * NW threads / 32 candidates */
   constexpr int NH = 8 / NW;       /* 64-dim output halves per warp */
+  /* QK split by candidates (4 warps, DSK_MLA16_CSPLIT) or by dims */
+  constexpr bool kCandSplit = NW == 4 && DSK_MLA16_CSPLIT;
   extern __shared__ __align__(16) uint8_t smem[];
   uint8_t *kv = smem + DSK_MLA_OFF_KV;
   __half *qn = reinterpret_cast<__half *>(smem + DSK_MLA_OFF_QN(F));
@@ -121,8 +140,51 @@ __global__ void __launch_bounds__(32 * NW) sparse_mla_kernel(const Params p) {
     __syncthreads();
     const uint8_t *kb = kv + st * kSub * C::SREC;
 
+    if constexpr (kCandSplit) {
+      /* ---- QK by candidates (4 warps): warp w scores candidates 8w .. 8w+7
+       * (n-tile w) over every dim and writes their final scores (log2
+       * domain, invalid = -inf) to block 0 of P */
+      const uint8_t *rec = kb + (warp * 8 + g) * C::SREC;     /* this lane's B row */
+      const uint8_t *r0 = kb + (warp * 8 + 2 * q4) * C::SREC; /* its C columns' records */
+      float part[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+      for (int tile = 0; tile < C::NT; tile++) {
+        float ta[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+        for (int kk = 0; kk < C::TILE / 16; kk++) {
+          const int d0 = tile * C::TILE + kk * 16;
+          const uint4 qv = *reinterpret_cast<const uint4 *>(reinterpret_cast<const uint8_t *>(qn) + (d0 >> 4) * 512 + 16 * lane);
+          const uint32_t a[4] = {qv.x, qv.y, qv.z, qv.w};
+          uint32_t b0, b1;
+          e4m3x4_to_f16x2x2(*reinterpret_cast<const uint32_t *>(rec + d0 + 4 * q4), b0, b1);
+          mma_f16(ta, a, b0, b1);
+        }
+        const float s0 = tile_scale<F>(r0, tile), s1 = tile_scale<F>(r0 + C::SREC, tile);
+        part[0] += ta[0] * s0;
+        part[1] += ta[1] * s1;
+        part[2] += ta[2] * s0;
+        part[3] += ta[3] * s1;
+      }
+      float ra[4] = {0.f, 0.f, 0.f, 0.f};
+      const uint16_t *rope = reinterpret_cast<const uint16_t *>(rec + C::ROPE);
+#pragma unroll
+      for (int ks = 0; ks < 4; ks++) {
+        const int d0 = ks * 16 + 2 * q4;
+        const uint32_t a[4] = {*reinterpret_cast<const uint32_t *>(qr + g * DSK_MLA_QR_STRIDE + d0),
+                               *reinterpret_cast<const uint32_t *>(qr + (g + 8) * DSK_MLA_QR_STRIDE + d0),
+                               *reinterpret_cast<const uint32_t *>(qr + g * DSK_MLA_QR_STRIDE + d0 + 8),
+                               *reinterpret_cast<const uint32_t *>(qr + (g + 8) * DSK_MLA_QR_STRIDE + d0 + 8)};
+        mma_bf16(ra, a, *reinterpret_cast<const uint32_t *>(rope + d0), *reinterpret_cast<const uint32_t *>(rope + d0 + 8));
+      }
+      const int cc = warp * 8 + 2 * q4;
+      const bool v0 = valid[st * kSub + cc] != 0, v1 = valid[st * kSub + cc + 1] != 0;
+      const float sl = p.scale_log2;
+      *reinterpret_cast<float2 *>(P + g * DSK_MLA_P_STRIDE + cc) =
+          make_float2(v0 ? (part[0] * qs0 + ra[0]) * sl : kNegInf, v1 ? (part[1] * qs0 + ra[1]) * sl : kNegInf);
+      *reinterpret_cast<float2 *>(P + (g + 8) * DSK_MLA_P_STRIDE + cc) =
+          make_float2(v0 ? (part[2] * qs1 + ra[2]) * sl : kNegInf, v1 ? (part[3] * qs1 + ra[3]) * sl : kNegInf);
+    } else {
     /* ---- QK partials: this warp's dims for all 32 candidates (4 n-tiles) */
-    {
       float part[4][4];
 #pragma unroll
       for (int j = 0; j < 4; j++)
@@ -197,7 +259,8 @@ __global__ void __launch_bounds__(32 * NW) sparse_mla_kernel(const Params p) {
 
     /* ---- softmax (identical in the NW warps) */
     float pv[2][2][2][2]; /* [ks][hi][row][pair] */
-    stage_softmax<NW, NH>(P, valid + st * kSub, p.scale_log2, g, q4, m2, lsum, acc, pv);
+    stage_softmax<kCandSplit ? 1 : NW, NH, DSK_MLA16_LAZY, kCandSplit>(P, valid + st * kSub, p.scale_log2, g, q4, m2,
+                                                                       lsum, acc, pv);
 
     /* ---- PV: this warp's NH 64-dim halves */
 #pragma unroll

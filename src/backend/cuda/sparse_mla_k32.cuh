@@ -35,8 +35,6 @@
  * (final output with the sink, or fp32 partials for the combine kernel)
  * follows the 16-head kernel. */
 constexpr int k32Threads = DSK_MLA32_THREADS;
-/* Lazy-maximum headroom of the softmax (log2 units): weights up to 2^8. */
-constexpr float kLazyLog2 = 8.f;
 
 /* Phase 4 of one stage for one warp: the two k-steps of 16 candidates.
  * ROPE: Format B's rope dims (bf16, A = P; rows of KHS bytes with the rope
