@@ -2,7 +2,7 @@
 # GPU suite: build with CUDA, then the backend-vs-reference harness on the
 # GPU (both backend tables), compute-sanitizer, the demo, the benchmarks
 # and the warmup timing. Logs go to $OUT (or /tmp/dsk-gpu). Usage:
-#   tools/gpu-suite.sh [build|check|sanitize|demo|bench|tune|all|ab-regcvt|ab-skinny|ab-moe|ab-build|ab-bench|check-moe|ncu-prefill]...
+#   tools/gpu-suite.sh [build|check|sanitize|demo|bench|tune|all|ab-regcvt|ab-compact|ab-skinny|ab-moe|ab-build|ab-bench|check-moe|ncu-prefill]...
 set -uo pipefail
 OUT=${OUT:-/tmp/dsk-gpu}
 mkdir -p "$OUT"
@@ -128,6 +128,16 @@ for what in "${@:-all}"; do
           run bench_moe_${tag}_${k}_$i env DSK_AUTOTUNE=0 DSK_AUTOTUNE_CACHE=off "$B-$tag/dsk" bench moe --device cuda:0 ${ab_sets[$k]}
         done
       done ;;&
+    ab-compact)
+      # not part of `all`: the 4-warp 16-head decode kernel's compact layout
+      # (-DDSK_MLA16_COMPACT=1: four CTAs per SM, not yet measured) against
+      # the default build, DSv4-Flash (its H <= 16 rows run that kernel), then
+      # compute-sanitizer on the variant's quick sparse-decode harness
+      ab_variant compact -DDSK_MLA16_COMPACT=1 dsv4-flash
+      run memcheck_compact compute-sanitizer --tool memcheck --error-exitcode 9 "$B-compact/dsk" check --device cuda:0 \
+        --quick --only sparse_mla
+      run racecheck_compact compute-sanitizer --tool racecheck --error-exitcode 9 "$B-compact/dsk" check --device cuda:0 \
+        --quick --only sparse_mla ;;&
     ab-regcvt)
       # not part of `all`: the earlier 32-head kernel with its f16 stage in
       # shared memory (-DDSK_MLA32_REGCVT=0) against the default build (the

@@ -59,6 +59,8 @@
 #include <math.h>
 #include <string.h>
 
+#include <type_traits>
+
 #include "cuda_common.cuh"
 #include "ptx.cuh"
 #include "sparse_mla_layout.h"
@@ -170,9 +172,9 @@ extern "C" dsk_status dsk__cuda_sparse_mla_setup(dsk_cuda_state *st) {
   dsk_status r;
   const int A = DSK_KV_FORMAT_A656, B = DSK_KV_FORMAT_B584;
   int unused;
-  if ((r = setup_kernel(st, sparse_mla_kernel<1, DSK_MLA_WARPS>, kThreads, DSK_MLA_SMEM_BYTES(1),
+  if ((r = setup_kernel(st, sparse_mla_kernel<1, DSK_MLA_WARPS>, kThreads, k16_smem(1, DSK_MLA_WARPS),
                         &st->mla_ctas_per_sm[0][A])) ||
-      (r = setup_kernel(st, sparse_mla_kernel<2, DSK_MLA_WARPS>, kThreads, DSK_MLA_SMEM_BYTES(2),
+      (r = setup_kernel(st, sparse_mla_kernel<2, DSK_MLA_WARPS>, kThreads, k16_smem(2, DSK_MLA_WARPS),
                         &st->mla_ctas_per_sm[0][B])) ||
       (r = setup_kernel(st, sparse_mla_kernel<1, DSK_MLA_WARPS8>, kThreads8,
                         DSK_MLA_SMEM_BYTES_W(1, DSK_MLA_WARPS8), &unused)) ||

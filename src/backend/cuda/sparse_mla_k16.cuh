@@ -27,12 +27,35 @@
 #define DSK_MLA16_CSPLIT 1
 #endif
 static_assert(DSK_MLA16_LAZY == 0 || DSK_MLA16_LAZY == (int)kLazyLog2, "the 16-head kernel's lazy headroom");
+/* DSK_MLA16_COMPACT (compile time, default 0: not yet measured on a GPU):
+ * 1 runs the 4-warp kernel of Format B with QK by candidates in the compact
+ * layout (sparse_mla_layout.h, DSK_MLA_CS_*) under a 128-register bound,
+ * so that four CTAs (16 warps) share an SM instead of three (the kernel is
+ * latency-bound at 12 warps per SM: docs/benchmarks.md, 2026-12-06). It
+ * passes emu_sparse_mla_compact; its speed and its compute-sanitizer run
+ * are the next device session's first A/B. */
+#ifndef DSK_MLA16_COMPACT
+#define DSK_MLA16_COMPACT 0
+#endif
+#if DSK_MLA16_COMPACT
+/* 4-warp CTAs: at most 128 registers (Format A's took 128 unbounded too; an
+ * explicit bound of one CTA let ptxas take 170); 8-warp CTAs: two */
+#define DSK_MLA16_BOUNDS(NW) __launch_bounds__(32 * (NW), (NW) == 4 ? 4 : 2)
+#else
+#define DSK_MLA16_BOUNDS(NW) __launch_bounds__(32 * (NW))
+#endif
+constexpr bool k16_compact(int f, int nw) { return nw == 4 && f == 2 && DSK_MLA16_CSPLIT && DSK_MLA16_COMPACT; }
+/* shared memory of the 16-head kernel: */
+constexpr int k16_smem(int f, int nw) {
+  return k16_compact(f, nw) ? DSK_MLA_CS_SMEM_BYTES : DSK_MLA_SMEM_BYTES_W(f, nw);
+}
+static_assert(DSK_MLA_CS_SMEM_BYTES + 1024 <= 233472 / 4, "four compact CTAs fit an SM of 228 KB");
 constexpr int kHeads = DSK_MLA_HEADS;
 constexpr int kThreads = DSK_MLA_THREADS;
 constexpr int kThreads8 = 32 * DSK_MLA_WARPS8;
 
 template <int F, int NW>
-__global__ void __launch_bounds__(32 * NW) sparse_mla_kernel(const Params p) {
+__global__ void DSK_MLA16_BOUNDS(NW) sparse_mla_kernel(const Params p) {
   using C = Fmt<F>;
   static_assert(NW == 4 || NW == 8, "4 or 8 warps");
   constexpr int RPW = kHeads / NW; /* Q rows staged per warp */
@@ -40,13 +63,17 @@ __global__ void __launch_bounds__(32 * NW) sparse_mla_kernel(const Params p) {
   constexpr int NH = 8 / NW;       /* 64-dim output halves per warp */
   /* QK split by candidates (4 warps, DSK_MLA16_CSPLIT) or by dims */
   constexpr bool kCandSplit = NW == 4 && DSK_MLA16_CSPLIT;
+  /* Format B with QK by candidates: the compact layout (DSK_MLA_CS_*) and
+   * at most 128 registers, four CTAs per SM (k16_compact) */
+  constexpr bool kCompact = k16_compact(F, NW);
+  using VT = typename std::conditional<kCompact, uint8_t, int32_t>::type;
   extern __shared__ __align__(16) uint8_t smem[];
   uint8_t *kv = smem + DSK_MLA_OFF_KV;
-  __half *qn = reinterpret_cast<__half *>(smem + DSK_MLA_OFF_QN(F));
-  uint16_t *qr = reinterpret_cast<uint16_t *>(smem + DSK_MLA_OFF_QR(F));
-  float *P = reinterpret_cast<float *>(smem + DSK_MLA_OFF_P(F));
-  float *qscale = reinterpret_cast<float *>(smem + DSK_MLA_OFF_RED_W(F, NW));
-  int32_t *valid = reinterpret_cast<int32_t *>(smem + DSK_MLA_OFF_VALID_W(F, NW));
+  __half *qn = reinterpret_cast<__half *>(smem + (kCompact ? DSK_MLA_CS_OFF_QN : DSK_MLA_OFF_QN(F)));
+  uint16_t *qr = reinterpret_cast<uint16_t *>(smem + (kCompact ? DSK_MLA_CS_OFF_QR : DSK_MLA_OFF_QR(F)));
+  float *P = reinterpret_cast<float *>(smem + (kCompact ? DSK_MLA_CS_OFF_P : DSK_MLA_OFF_P(F)));
+  float *qscale = reinterpret_cast<float *>(smem + (kCompact ? DSK_MLA_CS_OFF_RED : DSK_MLA_OFF_RED_W(F, NW)));
+  VT *valid = reinterpret_cast<VT *>(smem + (kCompact ? DSK_MLA_CS_OFF_VALID : DSK_MLA_OFF_VALID_W(F, NW)));
 
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, q4 = lane & 3;
   const int hg = (int)(blockIdx.x % (unsigned)p.nhg);
@@ -75,8 +102,8 @@ __global__ void __launch_bounds__(32 * NW) sparse_mla_kernel(const Params p) {
   auto load_slot = [&](int i) -> int32_t { return stage_slot(p, sr, t, i, tid / (unsigned)TPC); };
   auto issue = [&](int i, int32_t slot) {
     const int st = i % DSK_MLA_STAGES, c = tid / (unsigned)TPC;
-    stage_issue<F, TPC>(p, sr, i, c, tid % (unsigned)TPC, slot, counting, kv + (st * kSub + c) * C::SREC,
-                        valid + st * kSub + c);
+    stage_issue<F, TPC, VT>(p, sr, i, c, tid % (unsigned)TPC, slot, counting, kv + (st * kSub + c) * C::SREC,
+                            valid + st * kSub + c);
   };
 
   /* ---- running state */
@@ -259,8 +286,9 @@ __global__ void __launch_bounds__(32 * NW) sparse_mla_kernel(const Params p) {
 
     /* ---- softmax (identical in the NW warps) */
     float pv[2][2][2][2]; /* [ks][hi][row][pair] */
-    stage_softmax<kCandSplit ? 1 : NW, NH, DSK_MLA16_LAZY, kCandSplit>(P, valid + st * kSub, p.scale_log2, g, q4, m2,
-                                                                       lsum, acc, pv);
+    /* (with kCandSplit the softmax reads no valid flags: the scores carry them) */
+    stage_softmax<kCandSplit ? 1 : NW, NH, DSK_MLA16_LAZY, kCandSplit>(
+        P, reinterpret_cast<const int32_t *>(valid + st * kSub), p.scale_log2, g, q4, m2, lsum, acc, pv);
 
     /* ---- PV: this warp's NH 64-dim halves */
 #pragma unroll
