@@ -424,17 +424,19 @@ int main() {
   };
   uint64_t seed = 1;
   int passed = 0, failed = 0;
-  /* built with -DDSK_MLA16_COMPACT=1 (emu_sparse_mla_compact): only the
-   * cases of the 4-warp 16-head kernel on Format B, whose layout changes */
-  const bool compact_only = k16_compact(2, DSK_MLA_WARPS);
+  /* built with the 16-head kernel's variant switches on
+   * (emu_sparse_mla_variants: -DDSK_MLA16_COMPACT=1 -DDSK_MLA16_LATE_ISSUE=1):
+   * only the cases of the 16-head kernel, the ones they change */
+  const bool variants = k16_compact(2, DSK_MLA_WARPS) || DSK_MLA16_LATE_ISSUE;
   for (const Case &k : cases) {
-    if (compact_only && !(k.fmt == B && k.hpc == 16 && strstr(k.name, "multi-wave"))) {
+    if (variants && k.hpc != 16) {
       seed++;
       continue;
     }
     (run_case(cpu, k, seed++) ? passed : failed)++;
   }
   dsk_ctx_destroy(cpu);
-  printf("emu_sparse_mla%s: %d passed, %d failed\n", compact_only ? " (compact 4-warp layout)" : "", passed, failed);
+  printf("emu_sparse_mla%s: %d passed, %d failed\n", variants ? " (16-head variants: compact, late issue)" : "", passed,
+         failed);
   return failed ? 1 : 0;
 }

@@ -2,7 +2,7 @@
 # GPU suite: build with CUDA, then the backend-vs-reference harness on the
 # GPU (both backend tables), compute-sanitizer, the demo, the benchmarks
 # and the warmup timing. Logs go to $OUT (or /tmp/dsk-gpu). Usage:
-#   tools/gpu-suite.sh [build|check|sanitize|demo|bench|tune|all|ab-regcvt|ab-compact|ab-skinny|ab-moe|ab-build|ab-bench|check-moe|ncu-prefill]...
+#   tools/gpu-suite.sh [build|check|sanitize|demo|bench|tune|all|ab-regcvt|ab-mla16|ab-skinny|ab-moe|ab-build|ab-bench|check-moe|ncu-prefill]...
 set -uo pipefail
 OUT=${OUT:-/tmp/dsk-gpu}
 mkdir -p "$OUT"
@@ -128,16 +128,24 @@ for what in "${@:-all}"; do
           run bench_moe_${tag}_${k}_$i env DSK_AUTOTUNE=0 DSK_AUTOTUNE_CACHE=off "$B-$tag/dsk" bench moe --device cuda:0 ${ab_sets[$k]}
         done
       done ;;&
-    ab-compact)
-      # not part of `all`: the 4-warp 16-head decode kernel's compact layout
-      # (-DDSK_MLA16_COMPACT=1: four CTAs per SM, not yet measured) against
-      # the default build, DSv4-Flash (its H <= 16 rows run that kernel), then
-      # compute-sanitizer on the variant's quick sparse-decode harness
-      ab_variant compact -DDSK_MLA16_COMPACT=1 dsv4-flash
-      run memcheck_compact compute-sanitizer --tool memcheck --error-exitcode 9 "$B-compact/dsk" check --device cuda:0 \
-        --quick --only sparse_mla
-      run racecheck_compact compute-sanitizer --tool racecheck --error-exitcode 9 "$B-compact/dsk" check --device cuda:0 \
-        --quick --only sparse_mla ;;&
+    ab-mla16)
+      # not part of `all`: the 16-head decode kernel's variants, not yet
+      # measured (docs/benchmarks.md, 2026-12-06): the compact 4-warp Format B
+      # layout (-DDSK_MLA16_COMPACT=1: four CTAs per SM), two barriers a stage
+      # (-DDSK_MLA16_LATE_ISSUE=1) and both, each checked on both tables and
+      # timed against the default build on DSv4-Flash (its H <= 16 rows run
+      # this kernel), then memcheck and racecheck on each (racecheck is the
+      # test of the barrier change: the CPU emulation lands a cp.async at its
+      # wait, so it cannot see a missing barrier before one)
+      for v in "compact -DDSK_MLA16_COMPACT=1" "late -DDSK_MLA16_LATE_ISSUE=1" \
+        "both -DDSK_MLA16_COMPACT=1 -DDSK_MLA16_LATE_ISSUE=1"; do
+        tag=${v%% *}
+        ab_variant "$tag" "${v#* }" dsv4-flash
+        run "memcheck_$tag" compute-sanitizer --tool memcheck --error-exitcode 9 "$B-$tag/dsk" check --device cuda:0 \
+          --quick --only sparse_mla
+        run "racecheck_$tag" compute-sanitizer --tool racecheck --error-exitcode 9 "$B-$tag/dsk" check --device cuda:0 \
+          --quick --only sparse_mla
+      done ;;&
     ab-regcvt)
       # not part of `all`: the earlier 32-head kernel with its f16 stage in
       # shared memory (-DDSK_MLA32_REGCVT=0) against the default build (the

@@ -32,10 +32,18 @@ static_assert(DSK_MLA16_LAZY == 0 || DSK_MLA16_LAZY == (int)kLazyLog2, "the 16-h
  * layout (sparse_mla_layout.h, DSK_MLA_CS_*) under a 128-register bound,
  * so that four CTAs (16 warps) share an SM instead of three (the kernel is
  * latency-bound at 12 warps per SM: docs/benchmarks.md, 2026-12-06). It
- * passes emu_sparse_mla_compact; its speed and its compute-sanitizer run
- * are the next device session's first A/B. */
+ * passes emu_sparse_mla_variants; its speed and its compute-sanitizer run
+ * are the next device session's first A/B (tools/gpu-suite.sh ab-mla16). */
 #ifndef DSK_MLA16_COMPACT
 #define DSK_MLA16_COMPACT 0
+#endif
+/* DSK_MLA16_LATE_ISSUE (compile time, default 0: not yet measured on a
+ * GPU): 1 issues each stage's copies right after the barrier that opens
+ * the stage before it, instead of before that barrier, so that the barrier
+ * at the end of a stage (buffer reuse) goes: two barriers a stage instead
+ * of three, the copies going out a wait later. Both kernel forms. */
+#ifndef DSK_MLA16_LATE_ISSUE
+#define DSK_MLA16_LATE_ISSUE 0
 #endif
 #if DSK_MLA16_COMPACT
 /* 4-warp CTAs: at most 128 registers (Format A's took 128 unbounded too; an
@@ -66,6 +74,8 @@ __global__ void DSK_MLA16_BOUNDS(NW) sparse_mla_kernel(const Params p) {
   /* Format B with QK by candidates: the compact layout (DSK_MLA_CS_*) and
    * at most 128 registers, four CTAs per SM (k16_compact) */
   constexpr bool kCompact = k16_compact(F, NW);
+  constexpr bool kLateIssue = DSK_MLA16_LATE_ISSUE != 0;
+  static_assert(!kLateIssue || DSK_MLA_STAGES == 2, "the late issue is written for two stage buffers");
   using VT = typename std::conditional<kCompact, uint8_t, int32_t>::type;
   extern __shared__ __align__(16) uint8_t smem[];
   uint8_t *kv = smem + DSK_MLA_OFF_KV;
@@ -160,11 +170,22 @@ __global__ void DSK_MLA16_BOUNDS(NW) sparse_mla_kernel(const Params p) {
 
   for (int i = 0; i < n; i++) {
     const int st = i % DSK_MLA_STAGES;
-    if (i + DSK_MLA_STAGES - 1 < n) issue(i + DSK_MLA_STAGES - 1, next_slot);
-    next_slot = load_slot(i + DSK_MLA_STAGES);
-    cp_async_commit();
-    cp_async_wait<DSK_MLA_STAGES - 1>();
-    __syncthreads();
+    if constexpr (kLateIssue) {
+      /* two barriers a stage: stage i + 1's copies go out after this
+       * barrier, which every warp passes only once done with stage i - 1
+       * (its buffer, scores and valid flags) */
+      cp_async_wait<0>();
+      __syncthreads();
+      if (i + 1 < n) issue(i + 1, next_slot);
+      next_slot = load_slot(i + 2);
+      cp_async_commit();
+    } else {
+      if (i + DSK_MLA_STAGES - 1 < n) issue(i + DSK_MLA_STAGES - 1, next_slot);
+      next_slot = load_slot(i + DSK_MLA_STAGES);
+      cp_async_commit();
+      cp_async_wait<DSK_MLA_STAGES - 1>();
+      __syncthreads();
+    }
     const uint8_t *kb = kv + st * kSub * C::SREC;
 
     if constexpr (kCandSplit) {
@@ -338,7 +359,7 @@ __global__ void DSK_MLA16_BOUNDS(NW) sparse_mla_kernel(const Params p) {
         }
       }
     }
-    __syncthreads(); /* the stage buffer and the partial scores are reused */
+    if constexpr (!kLateIssue) __syncthreads(); /* the stage buffer and the partial scores are reused */
   }
   cp_async_wait<0>();
 
