@@ -393,6 +393,9 @@ int main() {
       /* the 4-warp kernel's QK by candidates on Format A and on two segments with lengths (invalid = -inf) */
       {"A multi-wave pbs 24 w 150 lens, T 45, H 8", A, 45, 8, 1, {{24, 150, 12, true}, {0, 0, 0, false}}, true, 1, 16},
       {"B multi-wave swa + c128a lens, T 50, H 12", B, 50, 12, 2, {{64, 70, 3, true}, {2, 45, 40, true}}, false, 1, 16},
+      /* the 4-warp kernel over six stages a split (buffer reuse; run with DSK_EMU_SCHEDULE=warp and
+       * DSK_EMU_CP_ASYNC_EARLY=1 by the variants test) */
+      {"B multi-wave w 300, T 70, H 8", B, 70, 8, 1, {{64, 300, 6, true}, {0, 0, 0, false}}, true, 3, 16},
       /* the FAST kernel (e4m3 MMAs on the raw bytes, Q and P in two passes),
        * held to the ACCURATE bound: the design meets it (spec §7), and the
        * FAST bound alone would not catch a lost lo pass */

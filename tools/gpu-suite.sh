@@ -135,8 +135,8 @@ for what in "${@:-all}"; do
       # (-DDSK_MLA16_LATE_ISSUE=1) and both, each checked on both tables and
       # timed against the default build on DSv4-Flash (its H <= 16 rows run
       # this kernel), then memcheck and racecheck on each (racecheck is the
-      # test of the barrier change: the CPU emulation lands a cp.async at its
-      # wait, so it cannot see a missing barrier before one)
+      # barrier change's test of record; emu_sparse_mla_variants runs it in
+      # the emulation's skewed schedule)
       for v in "compact -DDSK_MLA16_COMPACT=1" "late -DDSK_MLA16_LATE_ISSUE=1" \
         "both -DDSK_MLA16_COMPACT=1 -DDSK_MLA16_LATE_ISSUE=1"; do
         tag=${v%% *}

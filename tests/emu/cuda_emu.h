@@ -8,9 +8,13 @@
  * issued and lands in shared memory only at the cp.async.wait_group of its
  * thread that retires its commit group (copies never committed or waited
  * for never land), so a wait that counts groups wrong, or a read before the
- * wait, sees stale bytes. This finds wrong indexing, fragment layouts,
- * masking, numerics and commit-group accounting, not races between
- * threads or timing (compute-sanitizer on a GPU does that).
+ * wait, sees stale bytes. With DSK_EMU_CP_ASYNC_EARLY=1 a copy lands at
+ * its issue as well (the other end of the window a GPU may land it in), so
+ * a copy issued into a buffer that another warp still reads (a missing
+ * barrier before the issue) overwrites what that warp reads next. This
+ * finds wrong indexing, fragment layouts, masking, numerics, commit-group
+ * accounting and such buffer reuse, not other races between threads or
+ * timing (compute-sanitizer on a GPU does that).
  *
  * Include this instead of ptx.cuh / cuda_fp16.h, then, inside one
  * anonymous namespace, define `smem` (emu_smem_define) and include the
@@ -129,6 +133,13 @@ inline void trampoline() {
   s.progress++;
 }
 
+inline bool warp_greedy() {
+  static const int greedy = [] {
+    const char *e = getenv("DSK_EMU_SCHEDULE");
+    return e && strcmp(e, "warp") == 0 ? 1 : 0;
+  }();
+  return greedy != 0;
+}
 /* Runs body() as every thread of every CTA of grid (gx, gy, gz), CTA by
  * CTA, with the shared buffer poisoned (0xFF) before each CTA. Exits the
  * process on a deadlock (a barrier some thread never reaches). */
@@ -165,14 +176,26 @@ inline void launch3(unsigned gx, unsigned gy, unsigned gz, int threads, uint8_t 
         s.ctx[i].uc_link = &s.sched;
         makecontext(&s.ctx[i], trampoline, 0);
       }
+      /* DSK_EMU_SCHEDULE=warp: each warp runs until all its threads wait at a
+       * CTA-wide (or named) barrier or are done before the next warp runs,
+       * the largest skew between warps (with DSK_EMU_CP_ASYNC_EARLY=1 it
+       * shows a copy issued into a buffer that a later warp still reads);
+       * otherwise every thread runs once per round */
+      const bool greedy = warp_greedy();
       for (;;) {
         bool all = true;
         const uint64_t p0 = s.progress;
-        for (int i = 0; i < threads; i++) {
-          if (s.done[i]) continue;
-          all = false;
-          s.cur = i;
-          swapcontext(&s.sched, &s.ctx[i]);
+        for (int w0 = 0; w0 < threads; w0 += 32) {
+          uint64_t p1;
+          do {
+            p1 = s.progress;
+            for (int i = w0; i < w0 + 32; i++) {
+              if (s.done[i]) continue;
+              all = false;
+              s.cur = i;
+              swapcontext(&s.sched, &s.ctx[i]);
+            }
+          } while (greedy && s.progress != p1);
         }
         if (all) break;
         if (s.progress == p0) {
@@ -391,6 +414,13 @@ inline __half2 __floats2half2_rn(float lo, float hi) { return __half2{emu::f32_t
 /* ---- ptx.cuh, emulated */
 namespace dsk_ptx {
 
+inline bool cp_async_early() {
+  static const int early = [] {
+    const char *e = getenv("DSK_EMU_CP_ASYNC_EARLY");
+    return e && e[0] == '1' ? 1 : 0;
+  }();
+  return early != 0;
+}
 inline void cp_async_n(void *dst, const void *src, bool valid, int n) {
   emu::Copy c;
   c.dst = dst;
@@ -399,6 +429,7 @@ inline void cp_async_n(void *dst, const void *src, bool valid, int n) {
     memcpy(c.bytes, src, (size_t)n);
   else
     memset(c.bytes, 0, (size_t)n);
+  if (cp_async_early()) memcpy(dst, c.bytes, (size_t)n); /* and again at its wait */
   emu::st().async[emu::st().cur].open.push_back(c);
 }
 inline void cp_async16(void *dst, const void *src, bool valid) { cp_async_n(dst, src, valid, 16); }

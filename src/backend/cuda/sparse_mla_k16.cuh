@@ -41,7 +41,9 @@ static_assert(DSK_MLA16_LAZY == 0 || DSK_MLA16_LAZY == (int)kLazyLog2, "the 16-h
  * GPU): 1 issues each stage's copies right after the barrier that opens
  * the stage before it, instead of before that barrier, so that the barrier
  * at the end of a stage (buffer reuse) goes: two barriers a stage instead
- * of three, the copies going out a wait later. Both kernel forms. */
+ * of three, the copies going out a wait later. Both kernel forms.
+ * emu_sparse_mla_variants runs it in the emulation's skewed schedule, where
+ * a copy issued before that barrier fails. */
 #ifndef DSK_MLA16_LATE_ISSUE
 #define DSK_MLA16_LATE_ISSUE 0
 #endif
