@@ -370,6 +370,12 @@ __global__ void __launch_bounds__(kLiveThreads) swiglu_live_kernel(Q128Params p)
 
 /* The quantize / SwiGLU launch: the warp-per-group kernel up to
  * kQ128GroupItems (row, word) items, else the warp-per-word one. */
+/* The vector forms' accesses (quant128_kernel's V4 form, the fp32
+ * skip-padding SwiGLU): bf16 rows 8-byte aligned, q rows 4-byte aligned */
+static bool q128_vec_ok(const Q128Params &p) {
+  return p.x_stride % 4 == 0 && ((uintptr_t)p.x & 7u) == 0 && p.q_stride % 4 == 0 && ((uintptr_t)p.q & 3u) == 0;
+}
+
 template <int MODE, bool F32>
 dsk_status launch_q128(const Q128Params &p, cudaStream_t st, const char *what) {
   const int64_t items = (p.sf_packed ? p.T4 : p.rows) * ((p.ng + 3) / 4);
@@ -377,8 +383,7 @@ dsk_status launch_q128(const Q128Params &p, cudaStream_t st, const char *what) {
    * of all four groups of a word before the first is coded, 4-byte stores
    * (the SwiGLU in fp32, moe_swiglu.cuh) */
   const bool v4 = (MODE == 0 ? DSK_MOE_QUANT_V4 : DSK_MOE_SWIGLU_F32) && !F32 && items > kQ128GroupItems &&
-                  p.x_stride % 4 == 0 && ((uintptr_t)p.x & 7u) == 0 && p.q_stride % 4 == 0 &&
-                  ((uintptr_t)p.q & 3u) == 0;
+                  q128_vec_ok(p);
   if (v4) {
     if constexpr (!F32)
       DSK_CUDA_TRY(what, moe_launch(quant128_kernel<MODE, false, true>, dim3(grid_for(items, kThreads / 32)), dim3(kThreads), 0, st, p));
@@ -975,10 +980,7 @@ extern "C" dsk_status dsk__cuda_swiglu_quant(dsk_ctx *ctx, const dsk_swiglu_quan
   if (d->flags & DSK_SWIGLU_SKIP_PADDING) { /* m_indices given (validated) */
     const int64_t blocks = (p.rows + kLiveRows - 1) / kLiveRows; /* <= 2^25 */
     const dim3 grid((unsigned)blocks, (unsigned)p.ng);            /* ng <= DSK_MOE_MAX_K / 128 */
-    /* the fp32 form's vector accesses: D1 rows 8-byte aligned, q rows 4-byte aligned */
-    const bool f32 = DSK_MOE_SWIGLU_F32 && p.x_stride % 4 == 0 && ((uintptr_t)d->D1 & 7u) == 0 && p.q_stride % 4 == 0 &&
-                     ((uintptr_t)d->q & 3u) == 0;
-    if (f32)
+    if (DSK_MOE_SWIGLU_F32 && q128_vec_ok(p))
       DSK_CUDA_TRY("swiglu_quant", moe_launch(swiglu_live_kernel<true>, grid, dim3(kLiveThreads), 0, st, p));
     else
       DSK_CUDA_TRY("swiglu_quant", moe_launch(swiglu_live_kernel<false>, grid, dim3(kLiveThreads), 0, st, p));

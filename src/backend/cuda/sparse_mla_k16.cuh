@@ -60,6 +60,14 @@ constexpr int k16_smem(int f, int nw) {
   return k16_compact(f, nw) ? DSK_MLA_CS_SMEM_BYTES : DSK_MLA_SMEM_BYTES_W(f, nw);
 }
 static_assert(DSK_MLA_CS_SMEM_BYTES + 1024 <= 233472 / 4, "four compact CTAs fit an SM of 228 KB");
+/* The m16n8k16 A fragment of Q's rope dims d0, d0 + 1 (and + 8) of rows g,
+ * g + 8 (bf16, rows of DSK_MLA_QR_STRIDE elements) */
+__device__ __forceinline__ void rope_a_frag(const uint16_t *qr, int g, int d0, uint32_t (&a)[4]) {
+  a[0] = *reinterpret_cast<const uint32_t *>(qr + g * DSK_MLA_QR_STRIDE + d0);
+  a[1] = *reinterpret_cast<const uint32_t *>(qr + (g + 8) * DSK_MLA_QR_STRIDE + d0);
+  a[2] = *reinterpret_cast<const uint32_t *>(qr + g * DSK_MLA_QR_STRIDE + d0 + 8);
+  a[3] = *reinterpret_cast<const uint32_t *>(qr + (g + 8) * DSK_MLA_QR_STRIDE + d0 + 8);
+}
 constexpr int kHeads = DSK_MLA_HEADS;
 constexpr int kThreads = DSK_MLA_THREADS;
 constexpr int kThreads8 = 32 * DSK_MLA_WARPS8;
@@ -220,10 +228,8 @@ __global__ void DSK_MLA16_BOUNDS(NW) sparse_mla_kernel(const Params p) {
 #pragma unroll
       for (int ks = 0; ks < 4; ks++) {
         const int d0 = ks * 16 + 2 * q4;
-        const uint32_t a[4] = {*reinterpret_cast<const uint32_t *>(qr + g * DSK_MLA_QR_STRIDE + d0),
-                               *reinterpret_cast<const uint32_t *>(qr + (g + 8) * DSK_MLA_QR_STRIDE + d0),
-                               *reinterpret_cast<const uint32_t *>(qr + g * DSK_MLA_QR_STRIDE + d0 + 8),
-                               *reinterpret_cast<const uint32_t *>(qr + (g + 8) * DSK_MLA_QR_STRIDE + d0 + 8)};
+        uint32_t a[4];
+        rope_a_frag(qr, g, d0, a);
         mma_bf16(ra, a, *reinterpret_cast<const uint32_t *>(rope + d0), *reinterpret_cast<const uint32_t *>(rope + d0 + 8));
       }
       const int cc = warp * 8 + 2 * q4;
@@ -283,10 +289,8 @@ __global__ void DSK_MLA16_BOUNDS(NW) sparse_mla_kernel(const Params p) {
 #pragma unroll 1
       for (int ks = rk0; ks < rk1; ks++) {
         const int d0 = ks * 16 + 2 * q4;
-        const uint32_t a[4] = {*reinterpret_cast<const uint32_t *>(qr + g * DSK_MLA_QR_STRIDE + d0),
-                               *reinterpret_cast<const uint32_t *>(qr + (g + 8) * DSK_MLA_QR_STRIDE + d0),
-                               *reinterpret_cast<const uint32_t *>(qr + g * DSK_MLA_QR_STRIDE + d0 + 8),
-                               *reinterpret_cast<const uint32_t *>(qr + (g + 8) * DSK_MLA_QR_STRIDE + d0 + 8)};
+        uint32_t a[4];
+        rope_a_frag(qr, g, d0, a);
 #pragma unroll
         for (int j = 0; j < 4; j++) {
           const uint16_t *rope = reinterpret_cast<const uint16_t *>(kb + (j * 8 + g) * C::SREC + C::ROPE);
@@ -309,9 +313,10 @@ __global__ void DSK_MLA16_BOUNDS(NW) sparse_mla_kernel(const Params p) {
 
     /* ---- softmax (identical in the NW warps) */
     float pv[2][2][2][2]; /* [ks][hi][row][pair] */
-    /* (with kCandSplit the softmax reads no valid flags: the scores carry them) */
-    stage_softmax<kCandSplit ? 1 : NW, NH, DSK_MLA16_LAZY, kCandSplit>(
-        P, reinterpret_cast<const int32_t *>(valid + st * kSub), p.scale_log2, g, q4, m2, lsum, acc, pv);
+    const int32_t *vflags = nullptr; /* with kCandSplit the scores carry the flags */
+    if constexpr (!kCandSplit) vflags = valid + st * kSub;
+    stage_softmax<kCandSplit ? 1 : NW, NH, DSK_MLA16_LAZY, kCandSplit>(P, vflags, p.scale_log2, g, q4, m2, lsum, acc,
+                                                                       pv);
 
     /* ---- PV: this warp's NH 64-dim halves */
 #pragma unroll
