@@ -128,9 +128,9 @@ __device__ __forceinline__ int32_t stage_slot(const Params &p, const StageRange 
  * with cp.async, TPC threads per candidate (this thread is `part`); an
  * invalid candidate is zero filled and never read. The part-0 thread writes
  * the candidate's valid flag and counts an out-of-range slot. */
-template <int F, int TPC, typename VT = int32_t>
+template <int F, int TPC>
 __device__ __forceinline__ void stage_issue(const Params &p, const StageRange &r, int i, int c, int part,
-                                            int32_t slot, bool counting, uint8_t *dst, VT *valid_flag) {
+                                            int32_t slot, bool counting, uint8_t *dst, int32_t *valid_flag) {
   using C = Fmt<F>;
   const bool s1 = i >= r.n0; /* fields picked by value: no dynamic indexing of the parameters */
   const int64_t k = (s1 ? r.b1 + (i - r.n0) : r.b0 + i) * kSub + c;
@@ -159,7 +159,7 @@ __device__ __forceinline__ void stage_issue(const Params &p, const StageRange &r
   }
   for (int pc = part; pc < C::PIECES; pc += TPC) cp_async16(dst + pc * 16, src + pc * 16, ok);
   if (F == 2 && part == 0) cp_async8(dst + 576, foot, ok);
-  if (part == 0) *valid_flag = (VT)ok;
+  if (part == 0) *valid_flag = ok;
 }
 
 /* Stages NR query heads (h_first .. h_first + NR - 1; heads >= H read as

@@ -27,39 +27,20 @@
 #define DSK_MLA16_CSPLIT 1
 #endif
 static_assert(DSK_MLA16_LAZY == 0 || DSK_MLA16_LAZY == (int)kLazyLog2, "the 16-head kernel's lazy headroom");
-/* DSK_MLA16_COMPACT (compile time, default 0: not yet measured on a GPU):
- * 1 runs the 4-warp kernel of Format B with QK by candidates in the compact
- * layout (sparse_mla_layout.h, DSK_MLA_CS_*) under a 128-register bound,
- * so that four CTAs (16 warps) share an SM instead of three (the kernel is
- * latency-bound at 12 warps per SM: docs/benchmarks.md, 2026-12-06). It
- * passes emu_sparse_mla_variants; its speed and its compute-sanitizer run
- * are the next device session's first A/B (tools/gpu-suite.sh ab-mla16). */
-#ifndef DSK_MLA16_COMPACT
-#define DSK_MLA16_COMPACT 0
-#endif
-/* DSK_MLA16_LATE_ISSUE (compile time, default 0: not yet measured on a
- * GPU): 1 issues each stage's copies right after the barrier that opens
- * the stage before it, instead of before that barrier, so that the barrier
- * at the end of a stage (buffer reuse) goes: two barriers a stage instead
- * of three, the copies going out a wait later. Both kernel forms.
- * emu_sparse_mla_variants runs it in the emulation's skewed schedule, where
- * a copy issued before that barrier fails. */
+/* DSK_MLA16_LATE_ISSUE (compile time, default 1): each stage's copies go
+ * out right after the barrier that opens the stage before it, so that no
+ * barrier is needed at the end of a stage (buffer reuse): two barriers a
+ * stage instead of three, the copies going out a wait later. Both kernel
+ * forms. On an H100 (docs/benchmarks.md, 2026-12-06, twenty-third session)
+ * 0.96-0.98x at T <= 16, 0.97-1.00x at T 64-128, 0.99-1.03x at T 256 against
+ * 0 (the copies issued before the opening barrier, three barriers a stage).
+ * emu_sparse_mla runs it in the emulation's skewed schedule, where a copy
+ * issued before that barrier fails; emu_sparse_mla_variants runs 0. */
 #ifndef DSK_MLA16_LATE_ISSUE
-#define DSK_MLA16_LATE_ISSUE 0
+#define DSK_MLA16_LATE_ISSUE 1
 #endif
-#if DSK_MLA16_COMPACT
-/* 4-warp CTAs: at most 128 registers (Format A's took 128 unbounded too; an
- * explicit bound of one CTA let ptxas take 170); 8-warp CTAs: two */
-#define DSK_MLA16_BOUNDS(NW) __launch_bounds__(32 * (NW), (NW) == 4 ? 4 : 2)
-#else
-#define DSK_MLA16_BOUNDS(NW) __launch_bounds__(32 * (NW))
-#endif
-constexpr bool k16_compact(int f, int nw) { return nw == 4 && f == 2 && DSK_MLA16_CSPLIT && DSK_MLA16_COMPACT; }
-/* shared memory of the 16-head kernel: */
-constexpr int k16_smem(int f, int nw) {
-  return k16_compact(f, nw) ? DSK_MLA_CS_SMEM_BYTES : DSK_MLA_SMEM_BYTES_W(f, nw);
-}
-static_assert(DSK_MLA_CS_SMEM_BYTES + 1024 <= 233472 / 4, "four compact CTAs fit an SM of 228 KB");
+/* shared memory of the 16-head kernel */
+constexpr int k16_smem(int f, int nw) { return DSK_MLA_SMEM_BYTES_W(f, nw); }
 /* The m16n8k16 A fragment of Q's rope dims d0, d0 + 1 (and + 8) of rows g,
  * g + 8 (bf16, rows of DSK_MLA_QR_STRIDE elements) */
 __device__ __forceinline__ void rope_a_frag(const uint16_t *qr, int g, int d0, uint32_t (&a)[4]) {
@@ -73,7 +54,7 @@ constexpr int kThreads = DSK_MLA_THREADS;
 constexpr int kThreads8 = 32 * DSK_MLA_WARPS8;
 
 template <int F, int NW>
-__global__ void DSK_MLA16_BOUNDS(NW) sparse_mla_kernel(const Params p) {
+__global__ void __launch_bounds__(32 * NW) sparse_mla_kernel(const Params p) {
   using C = Fmt<F>;
   static_assert(NW == 4 || NW == 8, "4 or 8 warps");
   constexpr int RPW = kHeads / NW; /* Q rows staged per warp */
@@ -81,19 +62,15 @@ __global__ void DSK_MLA16_BOUNDS(NW) sparse_mla_kernel(const Params p) {
   constexpr int NH = 8 / NW;       /* 64-dim output halves per warp */
   /* QK split by candidates (4 warps, DSK_MLA16_CSPLIT) or by dims */
   constexpr bool kCandSplit = NW == 4 && DSK_MLA16_CSPLIT;
-  /* Format B with QK by candidates: the compact layout (DSK_MLA_CS_*) and
-   * at most 128 registers, four CTAs per SM (k16_compact) */
-  constexpr bool kCompact = k16_compact(F, NW);
   constexpr bool kLateIssue = DSK_MLA16_LATE_ISSUE != 0;
   static_assert(!kLateIssue || DSK_MLA_STAGES == 2, "the late issue is written for two stage buffers");
-  using VT = typename std::conditional<kCompact, uint8_t, int32_t>::type;
   extern __shared__ __align__(16) uint8_t smem[];
   uint8_t *kv = smem + DSK_MLA_OFF_KV;
-  __half *qn = reinterpret_cast<__half *>(smem + (kCompact ? DSK_MLA_CS_OFF_QN : DSK_MLA_OFF_QN(F)));
-  uint16_t *qr = reinterpret_cast<uint16_t *>(smem + (kCompact ? DSK_MLA_CS_OFF_QR : DSK_MLA_OFF_QR(F)));
-  float *P = reinterpret_cast<float *>(smem + (kCompact ? DSK_MLA_CS_OFF_P : DSK_MLA_OFF_P(F)));
-  float *qscale = reinterpret_cast<float *>(smem + (kCompact ? DSK_MLA_CS_OFF_RED : DSK_MLA_OFF_RED_W(F, NW)));
-  VT *valid = reinterpret_cast<VT *>(smem + (kCompact ? DSK_MLA_CS_OFF_VALID : DSK_MLA_OFF_VALID_W(F, NW)));
+  __half *qn = reinterpret_cast<__half *>(smem + DSK_MLA_OFF_QN(F));
+  uint16_t *qr = reinterpret_cast<uint16_t *>(smem + DSK_MLA_OFF_QR(F));
+  float *P = reinterpret_cast<float *>(smem + DSK_MLA_OFF_P(F));
+  float *qscale = reinterpret_cast<float *>(smem + DSK_MLA_OFF_RED_W(F, NW));
+  int32_t *valid = reinterpret_cast<int32_t *>(smem + DSK_MLA_OFF_VALID_W(F, NW));
 
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, q4 = lane & 3;
   const int hg = (int)(blockIdx.x % (unsigned)p.nhg);
@@ -122,7 +99,7 @@ __global__ void DSK_MLA16_BOUNDS(NW) sparse_mla_kernel(const Params p) {
   auto load_slot = [&](int i) -> int32_t { return stage_slot(p, sr, t, i, tid / (unsigned)TPC); };
   auto issue = [&](int i, int32_t slot) {
     const int st = i % DSK_MLA_STAGES, c = tid / (unsigned)TPC;
-    stage_issue<F, TPC, VT>(p, sr, i, c, tid % (unsigned)TPC, slot, counting, kv + (st * kSub + c) * C::SREC,
+    stage_issue<F, TPC>(p, sr, i, c, tid % (unsigned)TPC, slot, counting, kv + (st * kSub + c) * C::SREC,
                             valid + st * kSub + c);
   };
 

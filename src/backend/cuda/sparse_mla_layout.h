@@ -46,17 +46,6 @@
 /* red: qscale[HEADS] fp32; then valid[STAGES][SUB] int32 */
 #define DSK_MLA_OFF_VALID_W(f, nw) (DSK_MLA_OFF_RED_W(f, nw) + DSK_MLA_HEADS * 4)
 #define DSK_MLA_SMEM_BYTES_W(f, nw) (DSK_MLA_OFF_VALID_W(f, nw) + DSK_MLA_STAGES * DSK_MLA_SUB * 4)
-/* The 4-warp 16-head kernel of Format B with QK by candidates
- * (DSK_MLA16_CSPLIT, sparse_mla_k16.cuh) uses a compact layout: Q's nope
- * dims only as the interleaved fragments (NOPE / 16 * 512 bytes), one score
- * block, one byte per valid flag; 57,216 bytes, so that four CTAs (with the
- * driver's 1 KB each) share the 228 KB of an sm_90 SM. */
-#define DSK_MLA_CS_OFF_QN (DSK_MLA_OFF_KV + DSK_MLA_STAGES * DSK_MLA_SUB * DSK_MLA_SREC(2))
-#define DSK_MLA_CS_OFF_QR (DSK_MLA_CS_OFF_QN + DSK_MLA_NOPE(2) / 16 * 512)
-#define DSK_MLA_CS_OFF_P (DSK_MLA_CS_OFF_QR + DSK_MLA_HEADS * DSK_MLA_QR_STRIDE * 2)
-#define DSK_MLA_CS_OFF_RED (DSK_MLA_CS_OFF_P + DSK_MLA_HEADS * DSK_MLA_P_STRIDE * 4)
-#define DSK_MLA_CS_OFF_VALID (DSK_MLA_CS_OFF_RED + DSK_MLA_HEADS * 4)
-#define DSK_MLA_CS_SMEM_BYTES (DSK_MLA_CS_OFF_VALID + DSK_MLA_STAGES * DSK_MLA_SUB)
 #define DSK_MLA_OFF_RED(f) DSK_MLA_OFF_RED_W(f, DSK_MLA_WARPS)
 #define DSK_MLA_OFF_VALID(f) DSK_MLA_OFF_VALID_W(f, DSK_MLA_WARPS)
 #define DSK_MLA_SMEM_BYTES(f) DSK_MLA_SMEM_BYTES_W(f, DSK_MLA_WARPS)
