@@ -191,6 +191,42 @@ bool near_tie_property() {
   return broken == 0;
 }
 
+/* e4m3_near_tie against its definition (the tie of dsk_fmt_e4m3_from_f32's
+ * step arithmetic, |remainder - half| <= 32, for every binade): every
+ * positive fp32 below 2^-5 and every 5th one above it up to 448, and 40 ulps
+ * around each tie. The kernel's form takes a shortcut above 2^-6 (the
+ * e4m3 normals' remainder is the low 20 bits); a wrong shortcut differs here. */
+bool near_tie_definition() {
+  auto def = [](uint32_t a) {
+    if (a >= 0x43E00000u) return false;
+    if (a <= 0x3A800000u) return a > 0x3A800000u - 32u;
+    const int e = (int)(a >> 23) - 127;
+    const uint32_t m = (a & 0x7FFFFFu) | 0x800000u;
+    const int shift = 20 + ((e < -6 ? -6 : e) - e);
+    const uint32_t rem = m & ((1u << shift) - 1u), half = 1u << (shift - 1);
+    return (rem > half ? rem - half : half - rem) <= 32u;
+  };
+  int64_t checked = 0, differ = 0;
+  auto check = [&](uint32_t a) {
+    checked++;
+    if (e4m3_near_tie(emu::bits_f32(a)) != def(a) || e4m3_near_tie(emu::bits_f32(a | 0x80000000u)) != def(a)) {
+      if (++differ <= 3) fprintf(stderr, "near_tie: 0x%08x flagged %d, its definition %d\n", a,
+                                 (int)e4m3_near_tie(emu::bits_f32(a)), (int)def(a));
+    }
+  };
+  for (uint32_t a = 0; a < 0x3D000000u; a++) check(a);
+  for (uint32_t a = 0x3D000000u; a <= 0x43E00040u; a += 5) check(a);
+  for (int eb = -6; eb <= 8; eb++)
+    for (int r = (eb == -6 ? 0 : 8); r < 16; r++) {
+      const uint32_t t = emu::f32_bits(ldexpf((float)r + 0.5f, eb - 3));
+      for (int d = -40; d <= 40; d++) check(t + (uint32_t)d);
+    }
+  EXPECT(differ == 0, "e4m3_near_tie: %lld of %lld values differ from the definition", (long long)differ,
+         (long long)checked);
+  printf("e4m3_near_tie: %lld values equal to the definition\n", (long long)checked);
+  return differ == 0;
+}
+
 const Case kCases[] = {
     {"random N(0, 2), clamp 10", 96, 2048, 10.f, 0},
     {"random N(0, 2), no clamp", 64, 1024, 0.f, 0},
@@ -203,6 +239,7 @@ const Case kCases[] = {
 
 int main() {
   const bool prop = near_tie_property();
+  const bool defn = near_tie_definition();
   const int rc = emu_test::run_cases("emu_moe_swiglu", kCases, 0x5A16u, run_case);
-  return prop ? rc : 1;
+  return prop && defn ? rc : 1;
 }

@@ -540,6 +540,10 @@ inline uint32_t f16x2_to_e4m3x2(uint32_t h) {
   return (uint32_t)dsk_fmt_e4m3_from_f32(emu::f16_to_f32((uint16_t)(h & 0xffff))) |
          ((uint32_t)dsk_fmt_e4m3_from_f32(emu::f16_to_f32((uint16_t)(h >> 16))) << 8);
 }
+/* two fp32 -> e4m3x2 (round to nearest even, satfinite), in the low 16 bits */
+inline uint32_t f32x2_to_e4m3x2(float lo, float hi) {
+  return (uint32_t)dsk_fmt_e4m3_from_f32(lo) | ((uint32_t)dsk_fmt_e4m3_from_f32(hi) << 8);
+}
 /* f16x2 a - b: the difference is exact in fp64, then rounded to f16 through
  * fp32 (exact whenever the f16 result is: the kernels subtract a value's
  * own e4m3 rounding) */

@@ -27,6 +27,27 @@ __device__ __forceinline__ float warp_max_nonneg(float v) {
 
 __device__ __forceinline__ bool f32_nonfinite(float v) { return (__float_as_uint(v) & 0x7FFFFFFFu) >= 0x7F800000u; }
 
+/* DSK_MOE_CVT_HW (compile-time; default 1): the 1x128 quantizers (the
+ * bf16 / fp32 quantize, the SwiGLU's requantization) code v / s, s =
+ * 2^(e-127) the group's scale, as cvt.rn.satfinite.e4m3x2.f32 of v *
+ * 2^(127-e): the same fp32 as the quotient (both round the same real once;
+ * 2^(127-e) is exact for every byte e in [1, 254], 2^-127 a subnormal), and
+ * that cvt codes a finite fp32 as dsk_fmt_e4m3_from_f32 does (tests/gpu_cvt.cu
+ * checks every finite fp32 on the device). 0 = an IEEE division and the
+ * format's software coder per value (the A/B baseline). */
+#ifndef DSK_MOE_CVT_HW
+#define DSK_MOE_CVT_HW 1
+#endif
+/* 1 / dsk_fmt_pow2_from_byte(e) for e in [1, 254], exact */
+__device__ __forceinline__ float pow2_inv_from_byte(uint32_t e) {
+  return __uint_as_float(e < 254u ? (254u - e) << 23 : 0x00400000u);
+}
+/* the e4m3 codes of v[c] * inv (byte c), inv a power of two; a non-finite
+ * v gives a code the caller replaces */
+__device__ __forceinline__ uint32_t e4m3x4_scaled(const float (&v)[4], float inv) {
+  return dsk_ptx::f32x2_to_e4m3x2(v[0] * inv, v[1] * inv) | (dsk_ptx::f32x2_to_e4m3x2(v[2] * inv, v[3] * inv) << 16);
+}
+
 /* The 1x128 rule for a group held by a warp, 4 values per lane (any
  * mapping of the 128 columns to lanes: the amax is order-free): non-finite
  * values are counted in bad, excluded from the amax and coded 0x7F; returns
@@ -44,9 +65,15 @@ __device__ __forceinline__ uint8_t q128_warp_codes(const float (&v)[4], uint8_t 
   }
   amax = warp_max_nonneg(amax);
   const uint8_t e = dsk_fmt_fp8_scale_byte(amax);
+#if DSK_MOE_CVT_HW
+  const uint32_t w = e4m3x4_scaled(v, pow2_inv_from_byte(e));
+#pragma unroll
+  for (int c = 0; c < 4; c++) q[c] = f32_nonfinite(v[c]) ? (uint8_t)DSK_FMT_E4M3_NAN : (uint8_t)(w >> (8 * c));
+#else
   const float s = dsk_fmt_pow2_from_byte(e);
 #pragma unroll
   for (int c = 0; c < 4; c++) q[c] = f32_nonfinite(v[c]) ? (uint8_t)DSK_FMT_E4M3_NAN : dsk_fmt_e4m3_from_f32(v[c] / s);
+#endif
   return e;
 }
 

@@ -49,8 +49,10 @@ __device__ __forceinline__ float swiglu_fast_f32(float g, float u, float L, bool
  * step arithmetic; saturated values and the zero range's edge included) */
 __device__ __forceinline__ bool e4m3_near_tie(float x) {
   const uint32_t a = __float_as_uint(x) & 0x7FFFFFFFu;
-  if (a >= 0x43E00000u) return false;                    /* saturates to 448 */
-  if (a <= 0x3A800000u) return a > 0x3A800000u - 32u;   /* 2^-10: the tie between 0 and 2^-9 */
+  if (a >= 0x43E00000u) return false; /* saturates to 448 */
+  /* [2^-6, 448): e4m3 normals, a step of 2^(e-3): the tie is the low 20 bits at 2^19 */
+  if (a >= 0x3C800000u) return (a & 0xFFFFFu) - (0x80000u - 32u) <= 64u;
+  if (a <= 0x3A800000u) return a > 0x3A800000u - 32u; /* 2^-10: the tie between 0 and 2^-9 */
   const int e = (int)(a >> 23) - 127;
   const uint32_t m = (a & 0x7FFFFFu) | 0x800000u;
   const int shift = 20 + ((e < -6 ? -6 : e) - e);
@@ -102,8 +104,28 @@ __device__ __forceinline__ uint8_t swiglu_codes_f32(const SwigluIn &in, int64_t 
     amax = group_amax();
   }
   const uint8_t e = dsk_fmt_fp8_scale_byte(amax);
-  const float s = dsk_fmt_pow2_from_byte(e);
   uint32_t word = 0;
+#if DSK_MOE_CVT_HW
+  /* x = v / s as v * 2^(127-e), coded by cvt (moe_common.cuh, DSK_MOE_CVT_HW) */
+  const float inv = pow2_inv_from_byte(e);
+  float x[4];
+#pragma unroll
+  for (int c = 0; c < 4; c++) {
+    x[c] = v[c] * inv;
+    if (!f32_nonfinite(v[c]) && e4m3_near_tie(x[c])) x[c] = swiglu_ref_f32(gv[c], uv[c], limit) * inv;
+  }
+  const uint32_t w = e4m3x4_scaled(x, 1.0f);
+#pragma unroll
+  for (int c = 0; c < 4; c++) {
+    uint32_t q = (w >> (8 * c)) & 0xFFu;
+    if (f32_nonfinite(v[c])) {
+      bad++;
+      q = DSK_FMT_E4M3_NAN;
+    }
+    word |= q << (8 * c);
+  }
+#else
+  const float s = dsk_fmt_pow2_from_byte(e);
 #pragma unroll
   for (int c = 0; c < 4; c++) {
     uint8_t q = (uint8_t)DSK_FMT_E4M3_NAN;
@@ -116,6 +138,7 @@ __device__ __forceinline__ uint8_t swiglu_codes_f32(const SwigluIn &in, int64_t 
     }
     word |= (uint32_t)q << (8 * c);
   }
+#endif
   *reinterpret_cast<uint32_t *>(qrow + col) = word;
   return e;
 }

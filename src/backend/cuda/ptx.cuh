@@ -105,6 +105,16 @@ __device__ __forceinline__ uint32_t f16x2_to_e4m3x2(uint32_t h) {
   asm("{\n .reg .b16 t;\n cvt.rn.satfinite.e4m3x2.f16x2 t, %1;\n cvt.u32.u16 %0, t;\n}\n" : "=r"(r) : "r"(h));
   return r;
 }
+/* two fp32 -> two e4m3 in the low 16 bits (lo -> low byte), round to
+ * nearest even, saturating to +-448; for finite input the codes of
+ * dsk_fmt_e4m3_from_f32 (gpu_cvt checks every finite fp32 on the device) */
+__device__ __forceinline__ uint32_t f32x2_to_e4m3x2(float lo, float hi) {
+  uint32_t r;
+  asm("{\n .reg .b16 t;\n cvt.rn.satfinite.e4m3x2.f32 t, %1, %2;\n cvt.u32.u16 %0, t;\n}\n"
+      : "=r"(r)
+      : "f"(hi), "f"(lo));
+  return r;
+}
 /* two fp32 -> f16x2 (lo in the low half), round to nearest even;
  * subnormal results kept, below half the smallest one -> 0 */
 __device__ __forceinline__ uint32_t f32x2_to_f16x2(float lo, float hi) {
