@@ -543,6 +543,8 @@ static int check_permute(dsk_ctx *ctx, dsk_ctx *ref, const dsk_check_opts *o, tu
       {"M_sum too small (drops)", 64, 6, 16, 16, 0, 256, 64, 0, 128, 0},
       {"unaligned rows", 20, 6, 16, 16, 0, 256, 64, 3, 0, 3},
       {"T 1", 1, 8, 256, 256, 0, 128, 64, 0, 0, 0},
+      /* rows of 288 16-byte pieces: a warp copies a row in two rounds (the CUDA live-row copy) */
+      {"H 4608, bad ids", 40, 6, 16, 16, 0, 4608, 128, 3, 0, 0},
   };
   static const pm_case full[] = {{"T 4096 E 256", 4096, 8, 256, 256, 0, 1024, 128, 0, 0, 0},
                                  {"T 1000 EP 32/256", 1000, 6, 256, 32, 64, 512, 64, 3, 0, 0}};

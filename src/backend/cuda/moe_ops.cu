@@ -530,7 +530,15 @@ __global__ void __launch_bounds__(kCountThreads) perm_count_kernel(PermParams p)
   }
 }
 
-constexpr int kRankThreads = 256;
+/* DSK_MOE_RANK_THREADS (compile-time; default 1024; MoE v18): threads of a
+ * rank block; each tile of kRankPer x threads assignments costs a round
+ * trip and two barriers, so at prefill (24,576 assignments at DSv4-Flash
+ * T 4096) 1024 threads walk 3 tiles where 256 walked 12 (A/B: 256). */
+#ifndef DSK_MOE_RANK_THREADS
+#define DSK_MOE_RANK_THREADS 1024
+#endif
+constexpr int kRankThreads = DSK_MOE_RANK_THREADS;
+static_assert(kRankThreads % 32 == 0 && kRankThreads <= 1024, "rank block");
 constexpr int kRankPer = 8; /* consecutive assignments per thread and tile */
 
 /* 2. One block per local expert l: its assignments in (t, k) order get rows
@@ -697,10 +705,21 @@ __device__ __forceinline__ void perm_copy_assignment(const PermParams &p, int64_
   for (int64_t j = tid; j < sfk; j += kRowThreads) p.Asf[(int64_t)row * p.Asf_stride + j] = p.xsf[t * p.xsf_stride + j];
 }
 
+/* DSK_MOE_PERM_WARP_ROWS (compile-time; default 1; MoE v18): the live-row
+ * permute with 16-byte rows copies one assignment per warp, each lane's
+ * loads of a row (up to 8 x 16 bytes) issued before its stores; 0 = one
+ * assignment per 128-thread block, two 16-byte loads a thread (ncu at
+ * DSv4-Flash T 4096: 55 us, 0.5 eligible warps per scheduler) (A/B). */
+#ifndef DSK_MOE_PERM_WARP_ROWS
+#define DSK_MOE_PERM_WARP_ROWS 1
+#endif
+constexpr int kPermRowU = 8; /* 16-byte loads a lane has in flight per row */
+
 /* 3 with DSK_MOE_PERMUTE_NO_PAD_FILL: block b copies assignments b,
- * b + grid, ... (as kernel 3), and every thread writes m_indices for rows
- * gid, gid + grid * threads, ... (binary search of start); padding rows of
- * A and their scale bytes are not touched. */
+ * b + grid, ... (as kernel 3; VEC with DSK_MOE_PERM_WARP_ROWS: warp w of
+ * block b assignments 4 b + w, + 4 grid, ...), and every thread writes
+ * m_indices for rows gid, gid + grid * threads, ... (binary search of
+ * start); padding rows of A and their scale bytes are not touched. */
 template <bool VEC>
 __global__ void __launch_bounds__(kRowThreads) perm_rows_live_kernel(PermParams p) {
   dsk_ptx::pdl_wait(); /* before any global access (PDL) */
@@ -711,7 +730,34 @@ __global__ void __launch_bounds__(kRowThreads) perm_rows_live_kernel(PermParams 
     const int l = seg_of_row(p, r);
     p.m_indices[r] = r - p.start[l] < p.cnt[l] ? l : -1;
   }
-  for (int64_t i = blockIdx.x; i < NA; i += gridDim.x) perm_copy_assignment<VEC>(p, i, sfk);
+  if (VEC && DSK_MOE_PERM_WARP_ROWS) {
+    constexpr int kW = kRowThreads / 32;
+    const int lane = tid & 31;
+    const int64_t n16 = p.K / 16;
+    for (int64_t i = (int64_t)blockIdx.x * kW + (tid >> 5); i < NA; i += (int64_t)gridDim.x * kW) {
+      const int64_t t = i / p.topk, k = i - t * p.topk;
+      const int32_t row = p.inv[t * p.inv_stride + k];
+      if (row < 0) continue; /* warp-uniform */
+      const uint4 *src = reinterpret_cast<const uint4 *>(p.xq + t * p.xq_stride);
+      uint4 *dst = reinterpret_cast<uint4 *>(p.A_out + (int64_t)row * p.A_stride);
+      for (int64_t j0 = 0; j0 < n16; j0 += 32 * kPermRowU) {
+        uint4 v[kPermRowU];
+#pragma unroll
+        for (int u = 0; u < kPermRowU; u++) {
+          const int64_t j = j0 + lane + 32 * u;
+          if (j < n16) v[u] = src[j];
+        }
+#pragma unroll
+        for (int u = 0; u < kPermRowU; u++) {
+          const int64_t j = j0 + lane + 32 * u;
+          if (j < n16) dst[j] = v[u];
+        }
+      }
+      for (int64_t j = lane; j < sfk; j += 32) p.Asf[(int64_t)row * p.Asf_stride + j] = p.xsf[t * p.xsf_stride + j];
+    }
+  } else {
+    for (int64_t i = blockIdx.x; i < NA; i += gridDim.x) perm_copy_assignment<VEC>(p, i, sfk);
+  }
 }
 
 /* 3. Blocks [0, M): row r of A (padding rows and their scale bytes zeroed,
@@ -1049,7 +1095,8 @@ extern "C" dsk_status dsk__cuda_moe_permute(dsk_ctx *ctx, const dsk_moe_permute_
   const bool vec = aligned16(d->xq) && d->xq_stride % 16 == 0 && (p.M == 0 || (aligned16(d->A) && d->A_stride % 16 == 0));
   if (d->flags & DSK_MOE_PERMUTE_NO_PAD_FILL) {
     const int64_t mb = (p.M + kRowThreads - 1) / kRowThreads;
-    const unsigned g = grid_for(NA > mb ? NA : mb, 1);
+    const int64_t ab = vec && DSK_MOE_PERM_WARP_ROWS ? (NA + kRowThreads / 32 - 1) / (kRowThreads / 32) : NA;
+    const unsigned g = grid_for(ab > mb ? ab : mb, 1);
     if (vec)
       DSK_CUDA_TRY("moe_permute", moe_launch(perm_rows_live_kernel<true>, dim3(g), dim3(kRowThreads), 0, st, p));
     else

@@ -65,13 +65,24 @@ namespace {
 #include "moe_common.cuh"
 
 /* ============================================================== route */
+/* DSK_MOE_ROUTE_SEL_WARPS (compile-time; default 1; MoE v18): a selection
+ * kernel that reads ready logits (SEL) with TB >= 2 tokens per block runs
+ * one warp per token (32 TB threads, at most 128 registers: two blocks per
+ * SM) instead of 512 threads, of which TB warps pick experts while the
+ * others wait at the end; 0 = 512 threads (A/B). */
+#ifndef DSK_MOE_ROUTE_SEL_WARPS
+#define DSK_MOE_ROUTE_SEL_WARPS 1
+#endif
 /* threads per block: 1024 with one token per block (decode: the block
- * streams the whole gate weight, so as many loads in flight as possible),
- * else 512 */
-template <int TB>
+ * streams the whole gate weight, so as many loads in flight as possible,
+ * or ranks every expert with all threads), else 512, or one warp per token
+ * for the selection alone (above) */
+template <int TB, bool SEL>
 struct RouteCfg {
-  static constexpr int threads = TB == 1 ? 1024 : 512;
+  static constexpr bool kWarpPerToken = DSK_MOE_ROUTE_SEL_WARPS && SEL && TB > 1;
+  static constexpr int threads = TB == 1 ? 1024 : kWarpPerToken ? 32 * TB : 512;
   static constexpr int warps = threads / 32;
+  static constexpr int min_blocks = kWarpPerToken ? 2 : 1;
 };
 /* DSK_MOE_ROUTE_V12 (compile-time; default 1): the selection kernel's bias
  * load beside the logits' and its rank count on the keys' high words with an
@@ -327,9 +338,9 @@ static cudaError_t launch_logits(bool vec, dim3 grid, cudaStream_t st, const Rou
 /* One block per TB tokens. Shared memory: z fp64 [TB, E], then (logits
  * computed here) x bf16 [TB, kRouteChunk]. With p.zws the logits come from
  * route_logits_kernel (this kernel is then launched with PDL). */
-template <int TB, bool VEC>
-__global__ void __launch_bounds__(RouteCfg<TB>::threads, 1) route_kernel(RouteParams p) {
-  constexpr int kRouteThreads = RouteCfg<TB>::threads, kRouteWarps = RouteCfg<TB>::warps;
+template <int TB, bool VEC, bool SEL>
+__global__ void __launch_bounds__(RouteCfg<TB, SEL>::threads, RouteCfg<TB, SEL>::min_blocks) route_kernel(RouteParams p) {
+  constexpr int kRouteThreads = RouteCfg<TB, SEL>::threads, kRouteWarps = RouteCfg<TB, SEL>::warps;
   extern __shared__ __align__(16) unsigned char smem[];
   double *z = (double *)smem;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -352,7 +363,7 @@ __global__ void __launch_bounds__(RouteCfg<TB>::threads, 1) route_kernel(RoutePa
   const float bias_pre = (DSK_MOE_ROUTE_V12 && p.bias && tid < E) ? p.bias[tid] : 0.0f;
 
   /* ---- 1. logits */
-  if (p.logits || p.zws) { /* the given fp32 logits, or route_logits_kernel's fp64 ones */
+  if (SEL || p.logits || p.zws) { /* the given fp32 logits, or route_logits_kernel's fp64 ones (SEL: one of them) */
     for (int i = tid; i < nt * E; i += kRouteThreads) {
       const int t = i / E, e = i - t * E;
       z[i] = p.logits ? (double)p.logits[(t0 + t) * p.logits_stride + e] : p.zws[(t0 + t) * p.E + e];
@@ -576,9 +587,11 @@ template <int TB>
 static cudaError_t launch_route(bool vec, bool pdl, size_t smem, unsigned grid, cudaStream_t st,
                                 const RouteParams &p) {
   if (pdl) /* after route_logits_kernel: selection only */
-    return dsk__launch_pdl(route_kernel<TB, false>, dim3(grid), dim3(RouteCfg<TB>::threads), smem, st, p);
-  if (vec) return moe_launch(route_kernel<TB, true>, dim3(grid), dim3(RouteCfg<TB>::threads), smem, st, p);
-  return moe_launch(route_kernel<TB, false>, dim3(grid), dim3(RouteCfg<TB>::threads), smem, st, p);
+    return dsk__launch_pdl(route_kernel<TB, false, true>, dim3(grid), dim3(RouteCfg<TB, true>::threads), smem, st, p);
+  if (p.logits) /* the caller's logits: selection only */
+    return moe_launch(route_kernel<TB, false, true>, dim3(grid), dim3(RouteCfg<TB, true>::threads), smem, st, p);
+  if (vec) return moe_launch(route_kernel<TB, true, false>, dim3(grid), dim3(RouteCfg<TB, false>::threads), smem, st, p);
+  return moe_launch(route_kernel<TB, false, false>, dim3(grid), dim3(RouteCfg<TB, false>::threads), smem, st, p);
 }
 
 } /* namespace */
