@@ -27,7 +27,8 @@
  *
  * Kernels:
  *  route           one block per TB in {1,2,4,8} tokens (512 threads;
- *                  1024 when TB = 1): fp64 logits [TB, E] in shared memory
+ *                  1024 when TB = 1; 32 TB on ready logits, RouteCfg):
+ *                  fp64 logits [TB, E] in shared memory
  *                  (x staged in chunks of 1024 columns; 8 lanes per expert),
  *                  then the scores by all threads (the bias staged in
  *                  shared memory), then the top-k: with TB 1 (T <= SMs)
