@@ -1402,6 +1402,10 @@ static void test_forward(void) {
     for (int i = 0; i < 3; i++) run_forward(&k_cases[c], Ts[i], 1000 + c * 10 + (uint64_t)i);
   for (size_t c = 0; c < sizeof k_extra / sizeof k_extra[0]; c++) run_forward(&k_extra[c], 7, 2000 + c);
   run_forward(&k_extra[3], 64, 3000); /* the clamp at a batch */
+  /* more than 1,024 assignments (the size at which the CUDA permute runs
+   * its count and rank kernels instead of the one-block plan) */
+  run_forward(&k_cases[0], 200, 3001);
+  run_forward(&k_extra[6], 200, 3002); /* bad ids */
 }
 
 static void test_forward_bad(void) {
