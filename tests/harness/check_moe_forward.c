@@ -159,6 +159,9 @@ typedef struct mc_layer_in {
   int64_t *aux_diff; /* optional: with a shared expert on a context that makes streams, the layer runs again
                       * with aux_stream; the count of y values that differ from the first run (-1: not run) */
   int64_t *cap_diff; /* with aux_diff and dsk_check_capture set: the same under graph capture on a new stream */
+  int64_t *unf_diff; /* optional: the layer again with DSK_MOE_RUN_UNFUSED (the separate quantize, permute
+                      * and SFA pack instead of a backend's fused prologue); y values and counters that
+                      * differ from the first run (-1: not run) */
 } mc_layer_in;
 
 dsk_check_capture_hooks *dsk_check_capture = NULL;
@@ -222,6 +225,26 @@ static dsk_status run_layer(dsk_ctx *cx, const mc_case *cs, const mc_layer_in *i
     free(us);
   }
   if (st == DSK_STATUS_OK) st = mc_down(cx, y, dy, sizeof(dsk_bf16) * (size_t)(T * H));
+  if (in->unf_diff) *in->unf_diff = -1;
+  if (st == DSK_STATUS_OK && in->unf_diff) { /* the unfused chain: the same bits and counts */
+    dsk_bf16 *y2 = mc_host(sizeof(dsk_bf16) * (size_t)(T * H));
+    int64_t c0[DSK_MOE_NUM_COUNTERS], c1[DSK_MOE_NUM_COUNTERS];
+    st = dsk_mem_set(cx, dy, 0xFF, sizeof(dsk_bf16) * (size_t)(T * H));
+    if (st == DSK_STATUS_OK) st = dsk_mem_set(cx, ws, 0x3C, (size_t)pi.workspace_bytes);
+    if (st == DSK_STATUS_OK) st = mc_down(cx, c0, dc, sizeof c0);
+    d.flags |= DSK_MOE_RUN_UNFUSED;
+    if (st == DSK_STATUS_OK) st = dsk_moe_run(cx, &d);
+    d.flags &= ~DSK_MOE_RUN_UNFUSED;
+    if (st == DSK_STATUS_OK) st = mc_down(cx, y2, dy, sizeof(dsk_bf16) * (size_t)(T * H));
+    if (st == DSK_STATUS_OK) st = mc_down(cx, c1, dc, sizeof c1);
+    if (st == DSK_STATUS_OK) {
+      int64_t nd = 0;
+      for (int64_t i = 0; i < T * H; i++) nd += y2[i] != y[i];
+      for (int i = 0; i < DSK_MOE_NUM_COUNTERS; i++) nd += c1[i] - c0[i] != cnt[i];
+      *in->unf_diff = nd;
+    }
+    free(y2);
+  }
   if (in->aux_diff) *in->aux_diff = -1;
   void *aux = NULL;
   if (st == DSK_STATUS_OK && in->aux_diff && cs->Is) st = dsk_stream_create(cx, &aux);
@@ -383,10 +406,17 @@ int check_case(dsk_ctx *ctx, dsk_ctx *ref, int same, const mc_case *cs, const in
     int64_t nbad = 0;
     if (mode != MC_ROUTER) make_ids(&r, cs, off, mode, T, ids_in, w_in, &nbad);
     int64_t cnt[DSK_MOE_NUM_COUNTERS] = {0}, cntr[DSK_MOE_NUM_COUNTERS] = {0};
-    int64_t aux_diff = -1, cap_diff = -1;
-    mc_layer_in in = {T, off, x, gw, bias, ids_in, w_in, (const void *const *)hp, pb, 0, &aux_diff, &cap_diff};
+    int64_t aux_diff = -1, cap_diff = -1, unf_diff = -1;
+    mc_layer_in in = {T, off, x, gw, bias, ids_in, w_in, (const void *const *)hp, pb, 0, &aux_diff, &cap_diff,
+                      &unf_diff};
     const double t0 = tu_now_us();
     st = run_layer(ctx, cs, &in, y, ids, w, cnt, NULL);
+    if (st == DSK_STATUS_OK && unf_diff >= 0) {
+      TU_CHECK(c, unf_diff == 0, "moe %s T %lld: the unfused chain (DSK_MOE_RUN_UNFUSED): %lld outputs or counters differ",
+               cs->name, (long long)T, (long long)unf_diff);
+      fprintf(log, "moe %-22s T %lld: unfused chain: %s\n", cs->name, (long long)T,
+              unf_diff == 0 ? "identical" : "DIFFERENT");
+    }
     if (st == DSK_STATUS_OK && aux_diff >= 0) {
       TU_CHECK(c, aux_diff == 0, "moe %s T %lld: with aux_stream %lld outputs or counters differ from the one-stream run", cs->name,
                (long long)T, (long long)aux_diff);
@@ -579,7 +609,7 @@ int dsk__moe_demo_row(dsk_ctx *ctx, dsk_ctx *ref, int which, int quick, int reps
   tu_fill_bf16_normal(&r, x, (size_t)(T * H), 1.0);
   for (int64_t e = 0; e < E; e++) bias[e] = (float)(tu_uniform(&r) * 0.05) + (e >= off ? 10.0f : 0.0f);
   int64_t cnt[DSK_MOE_NUM_COUNTERS] = {0}, cntr[DSK_MOE_NUM_COUNTERS] = {0};
-  mc_layer_in in = {T, off, x, gw, bias, NULL, NULL, (const void *const *)hp, pb, reps > 0 ? reps : 1, NULL, NULL};
+  mc_layer_in in = {T, off, x, gw, bias, NULL, NULL, (const void *const *)hp, pb, reps > 0 ? reps : 1, NULL, NULL, NULL};
   if (st == DSK_STATUS_OK) st = run_layer(ctx, cs, &in, y, ids, w, cnt, &res[0]);
   double d_ref = -1, d_fp64 = -1;
   int64_t ids_vs_ref = 0, cnt_sum = 0, local = 0;
