@@ -453,6 +453,7 @@ int check_case(dsk_ctx *ctx, dsk_ctx *ref, int same, const mc_case *cs, const in
       mc_layer_in ir = in;
       ir.aux_diff = NULL;
       ir.cap_diff = NULL;
+      ir.unf_diff = NULL;
       ir.T = Tr;
       dsk_status s2 = run_layer(ref, cs, &ir, yr, idr, wr, cntr, NULL);
       TU_CHECK(c, s2 == DSK_STATUS_OK, "moe %s T %lld: cpu-ref: %s", cs->name, (long long)T, dsk_last_error());
