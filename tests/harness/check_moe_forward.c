@@ -165,6 +165,27 @@ typedef struct mc_layer_in {
 } mc_layer_in;
 
 dsk_check_capture_hooks *dsk_check_capture = NULL;
+
+/* d's layer once more (its y already poisoned by the caller): into *diff the
+ * y values (n, downloaded into y2) that differ from the first run's y, plus
+ * the counters whose increments in this run alone differ from the first
+ * run's (cnt) */
+static dsk_status rerun_diff(dsk_ctx *cx, const dsk_moe_desc *d, const dsk_bf16 *y, const int64_t *cnt, dsk_bf16 *y2,
+                             int64_t n, int64_t *diff) {
+  int64_t c0[DSK_MOE_NUM_COUNTERS], c1[DSK_MOE_NUM_COUNTERS];
+  dsk_status st = mc_down(cx, c0, d->counters, sizeof c0);
+  if (st == DSK_STATUS_OK) st = dsk_moe_run(cx, d);
+  if (st == DSK_STATUS_OK) st = mc_down(cx, y2, d->y, sizeof(dsk_bf16) * (size_t)n);
+  if (st == DSK_STATUS_OK) st = mc_down(cx, c1, d->counters, sizeof c1);
+  if (st == DSK_STATUS_OK) {
+    int64_t nd = 0;
+    for (int64_t i = 0; i < n; i++) nd += y2[i] != y[i];
+    for (int i = 0; i < DSK_MOE_NUM_COUNTERS; i++) nd += c1[i] - c0[i] != cnt[i];
+    *diff = nd;
+  }
+  return st;
+}
+
 static dsk_status run_layer(dsk_ctx *cx, const mc_case *cs, const mc_layer_in *in, dsk_bf16 *y, int32_t *ids,
                             float *wts, int64_t *cnt, double *median_us) {
   mc_bufs b = {cx, {0}, 0};
@@ -228,21 +249,11 @@ static dsk_status run_layer(dsk_ctx *cx, const mc_case *cs, const mc_layer_in *i
   if (in->unf_diff) *in->unf_diff = -1;
   if (st == DSK_STATUS_OK && in->unf_diff) { /* the unfused chain: the same bits and counts */
     dsk_bf16 *y2 = mc_host(sizeof(dsk_bf16) * (size_t)(T * H));
-    int64_t c0[DSK_MOE_NUM_COUNTERS], c1[DSK_MOE_NUM_COUNTERS];
     st = dsk_mem_set(cx, dy, 0xFF, sizeof(dsk_bf16) * (size_t)(T * H));
     if (st == DSK_STATUS_OK) st = dsk_mem_set(cx, ws, 0x3C, (size_t)pi.workspace_bytes);
-    if (st == DSK_STATUS_OK) st = mc_down(cx, c0, dc, sizeof c0);
     d.flags |= DSK_MOE_RUN_UNFUSED;
-    if (st == DSK_STATUS_OK) st = dsk_moe_run(cx, &d);
+    if (st == DSK_STATUS_OK) st = rerun_diff(cx, &d, y, cnt, y2, T * H, in->unf_diff);
     d.flags &= ~DSK_MOE_RUN_UNFUSED;
-    if (st == DSK_STATUS_OK) st = mc_down(cx, y2, dy, sizeof(dsk_bf16) * (size_t)(T * H));
-    if (st == DSK_STATUS_OK) st = mc_down(cx, c1, dc, sizeof c1);
-    if (st == DSK_STATUS_OK) {
-      int64_t nd = 0;
-      for (int64_t i = 0; i < T * H; i++) nd += y2[i] != y[i];
-      for (int i = 0; i < DSK_MOE_NUM_COUNTERS; i++) nd += c1[i] - c0[i] != cnt[i];
-      *in->unf_diff = nd;
-    }
     free(y2);
   }
   if (in->aux_diff) *in->aux_diff = -1;
@@ -254,18 +265,7 @@ static dsk_status run_layer(dsk_ctx *cx, const mc_case *cs, const mc_layer_in *i
     st = dsk_mem_set(cx, dy, 0xFF, sizeof(dsk_bf16) * (size_t)(T * H));
     if (st == DSK_STATUS_OK) st = dsk_mem_set(cx, (uint8_t *)ws + pi.workspace_bytes / 2, 0x5A,
                                               (size_t)(pi.workspace_bytes - pi.workspace_bytes / 2));
-    /* the counters of this run alone must equal the first run's (cnt) */
-    int64_t c0[DSK_MOE_NUM_COUNTERS], c1[DSK_MOE_NUM_COUNTERS];
-    if (st == DSK_STATUS_OK) st = mc_down(cx, c0, dc, sizeof c0);
-    if (st == DSK_STATUS_OK) st = dsk_moe_run(cx, &d);
-    if (st == DSK_STATUS_OK) st = mc_down(cx, y2, dy, sizeof(dsk_bf16) * (size_t)(T * H));
-    if (st == DSK_STATUS_OK) st = mc_down(cx, c1, dc, sizeof c1);
-    if (st == DSK_STATUS_OK) {
-      int64_t nd = 0;
-      for (int64_t i = 0; i < T * H; i++) nd += y2[i] != y[i];
-      for (int i = 0; i < DSK_MOE_NUM_COUNTERS; i++) nd += c1[i] - c0[i] != cnt[i];
-      *in->aux_diff = nd;
-    }
+    if (st == DSK_STATUS_OK) st = rerun_diff(cx, &d, y, cnt, y2, T * H, in->aux_diff);
     /* under capture: the call's stream a new one (a capture cannot run on the
      * context's default stream), aux_stream as above; the graph runs once */
     if (in->cap_diff) *in->cap_diff = -1;

@@ -172,9 +172,9 @@ extern "C" dsk_status dsk__cuda_sparse_mla_setup(dsk_cuda_state *st) {
   dsk_status r;
   const int A = DSK_KV_FORMAT_A656, B = DSK_KV_FORMAT_B584;
   int unused;
-  if ((r = setup_kernel(st, sparse_mla_kernel<1, DSK_MLA_WARPS>, kThreads, k16_smem(1, DSK_MLA_WARPS),
+  if ((r = setup_kernel(st, sparse_mla_kernel<1, DSK_MLA_WARPS>, kThreads, DSK_MLA_SMEM_BYTES(1),
                         &st->mla_ctas_per_sm[0][A])) ||
-      (r = setup_kernel(st, sparse_mla_kernel<2, DSK_MLA_WARPS>, kThreads, k16_smem(2, DSK_MLA_WARPS),
+      (r = setup_kernel(st, sparse_mla_kernel<2, DSK_MLA_WARPS>, kThreads, DSK_MLA_SMEM_BYTES(2),
                         &st->mla_ctas_per_sm[0][B])) ||
       (r = setup_kernel(st, sparse_mla_kernel<1, DSK_MLA_WARPS8>, kThreads8,
                         DSK_MLA_SMEM_BYTES_W(1, DSK_MLA_WARPS8), &unused)) ||

@@ -39,8 +39,6 @@ static_assert(DSK_MLA16_LAZY == 0 || DSK_MLA16_LAZY == (int)kLazyLog2, "the 16-h
 #ifndef DSK_MLA16_LATE_ISSUE
 #define DSK_MLA16_LATE_ISSUE 1
 #endif
-/* shared memory of the 16-head kernel */
-constexpr int k16_smem(int f, int nw) { return DSK_MLA_SMEM_BYTES_W(f, nw); }
 /* The m16n8k16 A fragment of Q's rope dims d0, d0 + 1 (and + 8) of rows g,
  * g + 8 (bf16, rows of DSK_MLA_QR_STRIDE elements) */
 __device__ __forceinline__ void rope_a_frag(const uint16_t *qr, int g, int d0, uint32_t (&a)[4]) {

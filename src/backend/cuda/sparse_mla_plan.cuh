@@ -113,8 +113,8 @@ LaunchPlan launch_plan(const dsk_sparse_mla_desc *d, const dsk_tactic *tc, int64
   lp.w8 = !lp.wide && lp.single_wave;
   lp.smem = lp.fp8 || lp.rc ? DSK_MLA32F8_SMEM_BYTES(F)
             : lp.wide ? DSK_MLA32_SMEM_BYTES(F)
-            : lp.w8   ? k16_smem(F, DSK_MLA_WARPS8)
-                      : k16_smem(F, DSK_MLA_WARPS);
+            : lp.w8   ? DSK_MLA_SMEM_BYTES_W(F, DSK_MLA_WARPS8)
+                      : DSK_MLA_SMEM_BYTES(F);
   /* the batched combine's B: 2, 4 or 8 covering the splits, and from 64
    * splits on DSK_MLA_COMBINE_MAXB (GLM-5.1 T 1: 64 splits in 2 batches, not
    * 8: 0.85x); B 32 for 20 and 36 splits (DSv4-Flash, DSv4-Pro T 1)
