@@ -12,7 +12,10 @@
  * bad-expert blocks with their counter, m16 slices without a live row,
  * padding rows and stride gaps of D never written, and NaN scale bytes
  * (0xFF) making exactly their row (A) or column (B) NaN. Not races or speed
- * (compute-sanitizer and the benchmarks on a GPU).
+ * (compute-sanitizer and the benchmarks on a GPU). Built twice: as the
+ * default build (emu_moe_prefill) and with DSK_MOE_PF_BCOOP=1
+ * (emu_moe_prefill_bcoop: each K tile's B converted once per CTA into an
+ * f16 tile read by ldmatrix), each also under the skewed schedule.
  *
  * Data: e4m3 activations (padding rows NaN, which must not leak), random
  * e2m1 or finite e4m3 weights, UE8M0 scales in the case's ranges; D
@@ -27,7 +30,7 @@
 #include "emu/emu_test.h"
 
 namespace {
-__attribute__((aligned(16))) uint8_t smem[80 * 1024];
+__attribute__((aligned(16))) uint8_t smem[DSK_SM120_SMEM_LIMIT];
 #include "backend/cuda/moe_gemm_frag.cuh"
 #include "backend/cuda/moe_gemm_prefill.cuh"
 }  // namespace
@@ -60,7 +63,13 @@ void launch(const Case &c, const GemmArgs &a, unsigned gx, unsigned gy) {
   using C = Pf<BM, MX>;
   EXPECT((size_t)C::SMEM <= sizeof smem, "%s: %d B of shared memory > the emulation's %zu", c.name, C::SMEM, sizeof smem);
   if ((size_t)C::SMEM > sizeof smem) return;
-  emu::launch(gx, gy, C::THREADS, smem, (size_t)C::SMEM, [&] { moe_gemm_prefill_kernel<BM, MX>(a); });
+  /* as launch_prefill: interleaved warp rows for grouped calls at BLOCK_M 128 */
+  if constexpr (BM == 128)
+    if (DSK_MOE_PF_INTERLEAVE && a.m_indices != nullptr) {
+      emu::launch(gx, gy, C::THREADS, smem, (size_t)C::SMEM, [&] { moe_gemm_prefill_kernel<BM, MX, true>(a); });
+      return;
+    }
+  emu::launch(gx, gy, C::THREADS, smem, (size_t)C::SMEM, [&] { moe_gemm_prefill_kernel<BM, MX, false>(a); });
 }
 
 bool run_case(dsk_ctx *cpu, const Case &c, uint64_t seed) {
@@ -211,5 +220,6 @@ int main() {
        -1, -1},
       {"dense BM 64 FP8: M 37, K 256", 64, false, 37, 128, 256, 1, 0, {0}, {0}, {0}, 119, 123, 117, 121, -1, -1},
   };
-  return emu_test::run_cases("emu_moe_prefill", cases, 0x9f11000u, run_case);
+  return emu_test::run_cases(DSK_MOE_PF_BCOOP ? "emu_moe_prefill (BCOOP)" : "emu_moe_prefill", cases, 0x9f11000u,
+                             run_case);
 }

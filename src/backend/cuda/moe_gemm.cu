@@ -640,7 +640,11 @@ dsk_status launch_tiled(const dsk_ctx *ctx, const GemmArgs &a, cudaStream_t s, c
 template <int BM, bool MX>
 dsk_status launch_prefill(const dsk_ctx *ctx, const GemmArgs &a, cudaStream_t s, const char *what) {
   using C = Pf<BM, MX>;
-  return launch_tiles(ctx, moe_gemm_prefill_kernel<BM, MX>, C::SMEM, C::THREADS, C::BN, a, s, what);
+  /* interleaved warp rows for grouped calls at BLOCK_M 128 (at 64 one warp row: the same slices) */
+  if constexpr (BM == 128)
+    if (DSK_MOE_PF_INTERLEAVE && a.m_indices != nullptr)
+      return launch_tiles(ctx, moe_gemm_prefill_kernel<BM, MX, true>, C::SMEM, C::THREADS, C::BN, a, s, what);
+  return launch_tiles(ctx, moe_gemm_prefill_kernel<BM, MX, false>, C::SMEM, C::THREADS, C::BN, a, s, what);
 }
 dsk_status launch_prefill(const dsk_ctx *ctx, const GemmArgs &a, cudaStream_t s, bool mx, int bm, const char *what) {
   if (bm == 64) return mx ? launch_prefill<64, true>(ctx, a, s, what) : launch_prefill<64, false>(ctx, a, s, what);

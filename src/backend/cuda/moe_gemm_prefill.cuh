@@ -82,6 +82,20 @@
 #define DSK_MOE_PF_INTERLEAVE 1
 #endif
 
+/* DSK_MOE_PF_BCOOP (compile-time; default 0 until timed on a GPU: see
+ * docs/moe.md, "Not done"): at BLOCK_M 128 the CTA
+ * converts each K tile's weights to f16 once, thread c column c (codes or
+ * bytes, multiplier and all: the same bits), into an f16 tile of 32 KB
+ * that the warps read by ldmatrix, instead of both warp rows converting
+ * every weight of their 64 columns (MXFP4: about 19 instructions per warp,
+ * n8 tile and 32-wide step). The ring then has 2 stages (MXFP4 2 x 25,600
+ * B, FP8 2 x 33,792 B, + 32,768 B: FP8 exactly SM120's 101,376 with the
+ * maxima), and a K tile takes a second barrier (the f16 tile written).
+ * 0 = every warp converts its own B fragments (v14..v18). */
+#ifndef DSK_MOE_PF_BCOOP
+#define DSK_MOE_PF_BCOOP 0
+#endif
+
 template <int BM_, bool MX>
 struct Pf {
   static constexpr int BM = BM_, BN = 128;
@@ -92,9 +106,12 @@ struct Pf {
   static constexpr int SA = BM * 128, SB = BN * BROW, SSA = BM * 4, SSB = BN * 4;
   static constexpr int STAGE = SA + SB + SSA + SSB;
   static constexpr int MAXES = (BM + BN) * 4; /* the row and column maxima */
-  static constexpr int FIT = (DSK_SM120_SMEM_LIMIT - MAXES) / STAGE;
-  static constexpr int STAGES = FIT < 3 ? FIT : 3;
-  static constexpr int SMEM = STAGES * STAGE + MAXES;
+  /* DSK_MOE_PF_BCOOP: the f16 B tile, BN rows (columns) of 128 K values */
+  static constexpr bool BCOOP = DSK_MOE_PF_BCOOP && BM_ == 128;
+  static constexpr int SBH = BCOOP ? BN * 256 : 0;
+  static constexpr int FIT = (DSK_SM120_SMEM_LIMIT - MAXES - SBH) / STAGE;
+  static constexpr int STAGES = BCOOP ? 2 : FIT < 3 ? FIT : 3;
+  static constexpr int SMEM = STAGES * STAGE + SBH + MAXES;
   static constexpr int CTAS = 256 / THREADS; /* per SM on sm_90: the register bound (255 a thread) */
   /* loaders: a warp-wide copy takes whole row pieces */
   static constexpr int ARS = THREADS / 8;     /* A rows per copy round */
@@ -104,6 +121,7 @@ struct Pf {
   static_assert(BM == 64 || BM == 128, "BLOCK_M");
   static_assert(STAGES >= 2 && SMEM <= DSK_SM120_SMEM_LIMIT, "shared memory budget (SM120: 99 KB)");
   static_assert(STAGE % 16 == 0 && BM == THREADS && BN % THREADS == 0 && BM / ARS == 8, "layout");
+  static_assert(!BCOOP || (BN == THREADS && STAGES <= FIT), "BCOOP: one column per thread, the f16 tile fits");
 };
 
 /* f16x2 (m, m), m = the fp32 whose bits are byte * 2^23 + bias23 (i.e.
@@ -126,7 +144,63 @@ __device__ __forceinline__ int pf_byte_max(uint32_t w, int nb, int m) {
   return m;
 }
 
-template <int BM, bool MX>
+/* DSK_MOE_PF_BCOOP: column c's 128 MXFP4 codes of a K tile (row c of the
+ * stage's B tile, 64 bytes, swz64) -> f16 row c of the tile at sBh (256
+ * bytes): word t of block s gives b_frag_mx_f16's four pairs q = 0..3
+ * ((v0,v4) (v2,v6) (v1,v5) (v3,v7)), each times the block's multiplier
+ * 2^(kb - cx + 14) (bias23 = (141 - cx) * 2^23), and pair q goes to word t
+ * of 16-byte chunk 4 s + q, stored at chunk (4 s + q) ^ (c & 7): ldmatrix of
+ * chunk 4 s + q over 8 columns then hands lane (g, t) exactly the f16x2
+ * that b_frag_mx_f16 gave it in registers, and both the ldmatrix reads and
+ * these stores are free of bank conflicts. */
+__device__ __forceinline__ void pf_b_to_f16(const uint8_t *sB, uint32_t sbw, int bias23, uint8_t *sBh, int c) {
+  uint8_t *row = sBh + c * 256;
+#pragma unroll
+  for (int s = 0; s < 4; s++) {
+    const uint4 v = *reinterpret_cast<const uint4 *>(sB + swz64(c, s));
+    const uint32_t m = pf_pow2_f16x2((sbw >> (8 * s)) & 0xFFu, bias23);
+    uint32_t o[4][4];
+    b_frag_mx_f16(v.x, o[0][0], o[1][0], o[2][0], o[3][0]);
+    b_frag_mx_f16(v.y, o[0][1], o[1][1], o[2][1], o[3][1]);
+    b_frag_mx_f16(v.z, o[0][2], o[1][2], o[2][2], o[3][2]);
+    b_frag_mx_f16(v.w, o[0][3], o[1][3], o[2][3], o[3][3]);
+#pragma unroll
+    for (int q = 0; q < 4; q++)
+      *reinterpret_cast<uint4 *>(row + (((4 * s + q) ^ (c & 7)) << 4)) =
+          make_uint4(dsk_ptx::hmul2_u32(o[q][0], m), dsk_ptx::hmul2_u32(o[q][1], m), dsk_ptx::hmul2_u32(o[q][2], m),
+                     dsk_ptx::hmul2_u32(o[q][3], m));
+  }
+}
+
+/* DSK_MOE_PF_BCOOP, FP8 weights: column c's 128 e4m3 bytes of a K tile
+ * (row c of the stage's B tile, 128 bytes, swz128) -> f16 row c of the
+ * tile at sBh, in the layout of pf_b_to_f16: group t (bytes 8 t .. 8 t + 7)
+ * of step s gives a_frag_f16's four pairs, each times the K tile's
+ * multiplier m. */
+__device__ __forceinline__ void pf_b8_to_f16(const uint8_t *sB, uint32_t m, uint8_t *sBh, int c) {
+  uint8_t *row = sBh + c * 256;
+#pragma unroll
+  for (int s = 0; s < 4; s++) {
+    uint32_t o[4][4];
+#pragma unroll
+    for (int hh = 0; hh < 2; hh++) { /* the 16-byte chunk 2 s + hh holds groups 2 hh, 2 hh + 1 */
+      const uint4 v = *reinterpret_cast<const uint4 *>(sB + swz128(c, 2 * s + hh));
+      a_frag_f16<false>(make_uint2(v.x, v.y), o[0][2 * hh], o[1][2 * hh], o[2][2 * hh], o[3][2 * hh]);
+      a_frag_f16<false>(make_uint2(v.z, v.w), o[0][2 * hh + 1], o[1][2 * hh + 1], o[2][2 * hh + 1], o[3][2 * hh + 1]);
+    }
+#pragma unroll
+    for (int q = 0; q < 4; q++)
+      *reinterpret_cast<uint4 *>(row + (((4 * s + q) ^ (c & 7)) << 4)) =
+          make_uint4(dsk_ptx::hmul2_u32(o[q][0], m), dsk_ptx::hmul2_u32(o[q][1], m), dsk_ptx::hmul2_u32(o[q][2], m),
+                     dsk_ptx::hmul2_u32(o[q][3], m));
+  }
+}
+
+/* IL: the warp rows take interleaved m16 slices (DSK_MOE_PF_INTERLEAVE, a
+ * grouped call at BLOCK_M 128; the launcher and the emulation pick it), a
+ * template argument so that each slice's shared-memory offset is an
+ * immediate of its load */
+template <int BM, bool MX, bool IL>
 __global__ void __launch_bounds__(Pf<BM, MX>::THREADS, Pf<BM, MX>::CTAS) moe_gemm_prefill_kernel(const GemmArgs p) {
   dsk_ptx::pdl_wait(); /* before any global access (launched with PDL) */
   using C = Pf<BM, MX>;
@@ -135,8 +209,7 @@ __global__ void __launch_bounds__(Pf<BM, MX>::THREADS, Pf<BM, MX>::CTAS) moe_gem
   const int g = lane >> 2, t = lane & 3;
   const int wm = warp / C::WN, wn = warp % C::WN;
   /* first row of the warp's m16 slice i (DSK_MOE_PF_INTERLEAVE: grouped calls) */
-  const bool il = DSK_MOE_PF_INTERLEAVE && p.m_indices != nullptr;
-  auto slice0 = [&](int i) { return il ? 16 * (C::WM * i + wm) : wm * C::WTM + 16 * i; };
+  auto slice0 = [&](int i) { return IL ? 16 * (C::WM * i + wm) : wm * C::WTM + 16 * i; };
   const int64_t n0 = (int64_t)blockIdx.x * C::BN;
   const int64_t mb = (int64_t)blockIdx.z * 65535 + blockIdx.y;
   if (mb >= p.mblocks) return;
@@ -152,7 +225,8 @@ __global__ void __launch_bounds__(Pf<BM, MX>::THREADS, Pf<BM, MX>::CTAS) moe_gem
     }
   }
   auto row_live = [&](int64_t r) { return grouped ? p.m_indices[r] >= 0 : r < p.M; };
-  int *s_rx = reinterpret_cast<int *>(smem + C::STAGES * C::STAGE);
+  uint8_t *sBh = smem + C::STAGES * C::STAGE; /* BCOOP: the f16 B tile */
+  int *s_rx = reinterpret_cast<int *>(smem + C::STAGES * C::STAGE + C::SBH);
   int *s_cx = s_rx + C::BM;
   const int KT = p.KT;
 
@@ -238,6 +312,8 @@ __global__ void __launch_bounds__(Pf<BM, MX>::THREADS, Pf<BM, MX>::CTAS) moe_gem
   }
 #pragma unroll
   for (int j = 0; j < C::NT8; j++) bbias[j] = ((MX ? 141 : 127) - s_cx[wn * C::WTN + 8 * j + g]) * (1 << 23);
+  const int cbias = C::BCOOP ? ((MX ? 141 : 127) - s_cx[tid]) * (1 << 23) : 0; /* BCOOP: column tid's multiplier bias */
+  const int a_lane = g * 128 + ((t >> 1) << 4) + 8 * (t & 1); /* the A loads' lane term (below) */
 
   float acc[C::MT][C::NT8][4];
 #pragma unroll
@@ -260,6 +336,13 @@ __global__ void __launch_bounds__(Pf<BM, MX>::THREADS, Pf<BM, MX>::CTAS) moe_gem
     const uint32_t *sSa = reinterpret_cast<const uint32_t *>(sB + C::SB);
     const uint32_t *sSb = sSa + C::BM;
     const int sh = 8 * (kt & 3); /* this K tile's byte in the packed 1x128 / 128x128 words */
+    if constexpr (C::BCOOP) {
+      /* the f16 tile of the previous K tile was last read before the
+       * barrier above; every thread converts its column, then a barrier */
+      if (MX) pf_b_to_f16(sB, sSb[tid], cbias, sBh, tid);
+      else pf_b8_to_f16(sB, pf_pow2_f16x2((sSb[tid] >> sh) & 0xFFu, cbias), sBh, tid);
+      __syncthreads();
+    }
     if (!live16) continue; /* warp-uniform: no live row, no fragment work (the copies and barriers above stay) */
 
     /* A multipliers of the K tile (live slices only; the others are never read) */
@@ -279,6 +362,7 @@ __global__ void __launch_bounds__(Pf<BM, MX>::THREADS, Pf<BM, MX>::CTAS) moe_gem
     uint32_t bw[C::NT8];
 #pragma unroll
     for (int j = 0; j < C::NT8; j++) {
+      if (C::BCOOP) continue; /* multiplied in the f16 tile */
       bw[j] = sSb[wn * C::WTN + 8 * j + g];
       if (!MX) bw[j] = pf_pow2_f16x2((bw[j] >> sh) & 0xFFu, bbias[j]);
     }
@@ -286,13 +370,16 @@ __global__ void __launch_bounds__(Pf<BM, MX>::THREADS, Pf<BM, MX>::CTAS) moe_gem
 #pragma unroll
     for (int s = 0; s < 4; s++) { /* k32 step s of the tile (MXFP4: block s) */
       uint32_t a[C::MT][2][4];
+      /* swz128(r, 2 s + (t >> 1)) + 8 (t & 1) of row r = slice0(i) + 8 h + g:
+       * r & 3 = g & 3, so the chunk term is lane-only (a_lane) plus
+       * ((s ^ (g & 3)) << 5), and the slice's rows an immediate */
+      const uint8_t *sAs = sA + a_lane + ((s ^ (g & 3)) << 5);
 #pragma unroll
       for (int i = 0; i < C::MT; i++) {
         if (!((live16 >> i) & 1u)) continue; /* warp-uniform; a[i] unused then */
 #pragma unroll
         for (int h = 0; h < 2; h++) {
-          const int r = slice0(i) + g + 8 * h;
-          const uint2 v = *reinterpret_cast<const uint2 *>(sA + swz128(r, 2 * s + (t >> 1)) + 8 * (t & 1));
+          const uint2 v = *reinterpret_cast<const uint2 *>(sAs + (slice0(i) + 8 * h) * 128);
           a_frag_f16<false>(v, a[i][0][h], a[i][0][2 + h], a[i][1][h], a[i][1][2 + h]);
           a[i][0][h] = dsk_ptx::hmul2_u32(a[i][0][h], am[i][h]);
           a[i][0][2 + h] = dsk_ptx::hmul2_u32(a[i][0][2 + h], am[i][h]);
@@ -303,6 +390,23 @@ __global__ void __launch_bounds__(Pf<BM, MX>::THREADS, Pf<BM, MX>::CTAS) moe_gem
 #pragma unroll
       for (int jq = 0; jq < C::NT8; jq += 4) {
         uint32_t w[4] = {0u, 0u, 0u, 0u};
+        if (C::BCOOP) {
+          /* BCOOP: the f16 pairs come ready from the f16 tile, per n8 tile */
+#pragma unroll
+          for (int q = 0; q < 4; q++) {
+            const int j = jq + q;
+            const int rr = wn * C::WTN + 8 * j + (lane & 7);
+            uint32_t b[4];
+            dsk_ptx::ldmatrix_x4(b, sBh + rr * 256 + (((4 * s + (lane >> 3)) ^ (lane & 7)) << 4));
+#pragma unroll
+            for (int i = 0; i < C::MT; i++) {
+              if (!((live16 >> i) & 1u)) continue;
+              dsk_ptx::mma_f16(acc[i][j], a[i][0], b[0], b[1]);
+              dsk_ptx::mma_f16(acc[i][j], a[i][1], b[2], b[3]);
+            }
+          }
+          continue;
+        }
         if (MX) {
           /* four n8 tiles' words: lane l gives row (jq + l / 8) * 8 + l % 8 of block s */
           const int rr = wn * C::WTN + 8 * (jq + (lane >> 3)) + (lane & 7);
@@ -316,8 +420,8 @@ __global__ void __launch_bounds__(Pf<BM, MX>::THREADS, Pf<BM, MX>::CTAS) moe_gem
             b_frag_mx_f16(w[q], b[0][0], b[0][1], b[1][0], b[1][1]);
             m = pf_pow2_f16x2((bw[j] >> (8 * s)) & 0xFFu, bbias[j]);
           } else {
-            const uint2 v = *reinterpret_cast<const uint2 *>(sB + swz128(wn * C::WTN + 8 * j + g, 2 * s + (t >> 1)) +
-                                                             8 * (t & 1));
+            /* swz128 of row wn * 64 + 8 j + g, as the A loads (row & 3 = g & 3) */
+            const uint2 v = *reinterpret_cast<const uint2 *>(sB + (sAs - sA) + (wn * C::WTN + 8 * j) * 128);
             a_frag_f16<false>(v, b[0][0], b[0][1], b[1][0], b[1][1]);
             m = bw[j];
           }
