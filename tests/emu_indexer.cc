@@ -24,6 +24,7 @@
 namespace {
 __attribute__((aligned(16))) uint8_t smem[100 * 1024];
 #include "backend/cuda/indexer_logits_kernel.cuh"
+#include "backend/cuda/indexer_logits_q.cuh"
 }  // namespace
 
 namespace {
@@ -43,6 +44,7 @@ struct Case {
   int64_t T, H, ratio, pbs, W, chunk;
   int holes; /* block-table entries set to -1 */
   bool pad_row, bad_req, truncate;
+  bool reg_q; /* passes of > 32 heads by indexer_logits_kernel<8> (the DSK_INDEXER_QSMEM=0 form) */
 };
 
 bool run_case(dsk_ctx *cpu, const Case &c, uint64_t seed) {
@@ -126,16 +128,25 @@ bool run_case(dsk_ctx *cpu, const Case &c, uint64_t seed) {
   d.out = ox.data();
   d.counters = cnt_x;
   LogitsParams p = logits_params(&d, -1);
-  p.chunk = c.chunk;
-  const bool tile16 = p.pbs % 16 == 0;
-  const unsigned gx = (unsigned)((W + c.chunk - 1) / c.chunk), gy = (unsigned)T;
+  const bool tile16 = p.pbs % 16 == 0, tile32 = p.pbs % kQKeys == 0;
+  const unsigned gy = (unsigned)T;
   for (int h0 = 0; h0 < p.H; h0 += kPassHeads) {
     p.h0 = h0;
     p.nh = p.H - h0 < kPassHeads ? p.H - h0 : kPassHeads;
     p.first = h0 == 0;
     p.last = h0 + kPassHeads >= p.H;
-    const size_t bytes = (size_t)lg_smem_bytes();
-    if (p.nh <= 32) {
+    /* passes of more than 32 heads: the q kernel (the launcher's choice
+     * with DSK_INDEXER_QSMEM=1), or with c.reg_q v4's register form (its
+     * choice with 0, the default); the q kernel's chunk is the case's
+     * rounded up to whole 256-candidate stages */
+    const bool qk = p.nh > 32 && !c.reg_q;
+    p.chunk = qk ? (c.chunk + kQStage - 1) / kQStage * kQStage : c.chunk;
+    const unsigned gx = (unsigned)((W + p.chunk - 1) / p.chunk);
+    const size_t bytes = (size_t)(qk ? lq_smem_bytes() : lg_smem_bytes());
+    if (qk) {
+      if (tile32) emu::launch(gx, gy, kLThreads, smem, bytes, [&] { indexer_logits_q_kernel<true>(p); });
+      else emu::launch(gx, gy, kLThreads, smem, bytes, [&] { indexer_logits_q_kernel<false>(p); });
+    } else if (p.nh <= 32) {
       if (tile16) emu::launch(gx, gy, kLThreads, smem, bytes, [&] { indexer_logits_kernel<4, true>(p); });
       else emu::launch(gx, gy, kLThreads, smem, bytes, [&] { indexer_logits_kernel<4, false>(p); });
     } else {
@@ -192,12 +203,18 @@ bool run_case(dsk_ctx *cpu, const Case &c, uint64_t seed) {
 
 int main() {
   const Case cases[] = {
-      /* name, T, H, ratio, pbs, W, chunk, holes, pad row, bad req, truncate */
-      {"TILE pbs 64, 64 heads, holes, padding row", 4, 64, 1, 64, 700, 256, 2, true, true, false},
-      {"TILE pbs 16, 32 heads, ratio 4, truncated", 3, 32, 4, 16, 300, 128, 3, false, false, true},
-      {"TILE pbs 48, 80 heads (two passes)", 3, 80, 1, 48, 400, 384, 1, false, false, false},
-      {"runs pbs 12, 5 heads, holes, bad req", 4, 5, 1, 12, 350, 256, 4, true, true, true},
-      {"runs pbs 1, 64 heads", 2, 64, 1, 1, 200, 128, 5, false, false, false},
+      /* name, T, H, ratio, pbs, W, chunk, holes, pad row, bad req, truncate, reg_q */
+      {"TILE pbs 64, 64 heads, holes, padding row", 4, 64, 1, 64, 700, 256, 2, true, true, false, false},
+      {"TILE pbs 16, 32 heads, ratio 4, truncated", 3, 32, 4, 16, 300, 128, 3, false, false, true, false},
+      {"TILE pbs 48, 80 heads (two passes)", 3, 80, 1, 48, 400, 384, 1, false, false, false, false},
+      {"runs pbs 12, 5 heads, holes, bad req", 4, 5, 1, 12, 350, 256, 4, true, true, true, false},
+      {"runs pbs 1, 64 heads", 2, 64, 1, 1, 200, 128, 5, false, false, false, false},
+      /* the q kernel's own edges: pages of 16 (its per-lane runs), 33 heads,
+       * a last tile of <= 16 candidates, several chunks and stages */
+      {"q: pbs 16 (runs), 33 heads, ratio 4, truncated", 3, 33, 4, 16, 530, 512, 3, true, false, true, false},
+      {"q: TILE pbs 32, 64 heads, W 1041, 3 chunks", 3, 64, 1, 32, 1041, 512, 2, false, true, false, false},
+      {"q: TILE pbs 64, 128 heads (two q passes)", 2, 128, 1, 64, 600, 256, 1, true, false, false, false},
+      {"reg: TILE pbs 64, 64 heads (QSMEM=0 form)", 3, 64, 1, 64, 500, 256, 2, true, true, false, true},
   };
   return emu_test::run_cases("emu_indexer", cases, 0x1dc0000u, run_case);
 }

@@ -51,26 +51,37 @@
 namespace {
 
 #include "indexer_logits_kernel.cuh"
+#include "indexer_logits_q.cuh"
 
 }  // namespace
+
+/* DSK_INDEXER_QSMEM (compile-time; default 0 until timed on a GPU: see
+ * docs/indexer.md, "Left to do"): 1 = passes of more than 32 heads run
+ * indexer_logits_q_kernel (q in shared memory, 32 candidates per warp and
+ * stage, two CTAs per SM); 0 = indexer_logits_kernel<8> for them (v4: q in
+ * registers, one CTA per SM). */
+#ifndef DSK_INDEXER_QSMEM
+#define DSK_INDEXER_QSMEM 0
+#endif
 
 /* ============================================================ host side */
 
 
-/* Candidates per CTA: a multiple of 128 up to 4096, touching at most
- * kBtCap block-table entries, that minimises (waves of CTAs at the
- * kernel's residency) x (chunk + a fixed cost of 256 candidates per CTA). */
-static int64_t logits_chunk(const dsk_ctx *ctx, int64_t T, int64_t W, int64_t pbs, int per_sm) {
+/* Candidates per CTA: a multiple of the kernel's stage (128 or 256) up to
+ * 4096, touching at most kBtCap block-table entries, that minimises (waves
+ * of CTAs at the kernel's residency) x (chunk + a fixed cost of 256
+ * candidates per CTA). */
+static int64_t logits_chunk(const dsk_ctx *ctx, int64_t T, int64_t W, int64_t pbs, int per_sm, int64_t stage) {
   const int64_t sms = ctx->info.sm_count > 0 ? ctx->info.sm_count : 1;
   const int64_t slots = sms * (per_sm > 0 ? per_sm : 1);
   int64_t cap = kMaxChunk;
   if (pbs < kMaxChunk) {
-    cap = (int64_t)(kBtCap - 2) * pbs / kStage * kStage; /* blocks touched <= cap / pbs + 2 <= kBtCap */
+    cap = (int64_t)(kBtCap - 2) * pbs / stage * stage; /* blocks touched <= cap / pbs + 2 <= kBtCap */
     if (cap > kMaxChunk) cap = kMaxChunk;
-    if (cap < kStage) cap = kStage; /* pbs 1: 128 candidates touch 128 blocks */
+    if (cap < stage) cap = stage; /* pbs 1: a stage of 256 touches 256 blocks (kBtCap) */
   }
-  int64_t best = kStage, best_cost = -1;
-  for (int64_t c = kStage; c <= cap; c += kStage) {
+  int64_t best = stage, best_cost = -1;
+  for (int64_t c = stage; c <= cap; c += stage) {
     const int64_t ctas = T * ((W + c - 1) / c);
     const int64_t waves = (ctas + slots - 1) / slots;
     const int64_t cost = waves * ((c < W ? c : W) + 256);
@@ -84,8 +95,10 @@ static int64_t logits_chunk(const dsk_ctx *ctx, int64_t T, int64_t W, int64_t pb
 }
 
 extern "C" int64_t dsk__cuda_indexer_logits_smem_bytes(int64_t n_heads) {
-  (void)n_heads; /* one layout for every head count */
-  return lg_smem_bytes();
+  /* passes of <= 32 heads: indexer_logits_kernel; more: the q kernel (a
+   * call of more than 64 heads runs both) */
+  const int64_t q = DSK_INDEXER_QSMEM && n_heads > 32 ? lq_smem_bytes() : 0;
+  return q > lg_smem_bytes() ? q : lg_smem_bytes();
 }
 
 extern "C" dsk_status dsk__cuda_indexer_logits(dsk_ctx *ctx, const dsk_indexer_logits_desc *d, int64_t skip_le) {
@@ -94,11 +107,13 @@ extern "C" dsk_status dsk__cuda_indexer_logits(dsk_ctx *ctx, const dsk_indexer_l
   cudaStream_t s = dsk__cuda_stream(ctx, d->stream);
   LogitsParams p = logits_params(d, skip_le);
 
-  const int64_t smem = lg_smem_bytes();
   const dsk_cuda_state *st = dsk__cuda_state(ctx);
-  if (smem > st->smem_optin)
-    return dsk__fail(DSK_STATUS_UNSUPPORTED, "indexer_logits: kernel needs %lld B of shared memory, device allows %lld",
-                     (long long)smem, (long long)st->smem_optin);
+  {
+    const int64_t need = dsk__cuda_indexer_logits_smem_bytes(p.H);
+    if (need > st->smem_optin)
+      return dsk__fail(DSK_STATUS_UNSUPPORTED, "indexer_logits: kernel needs %lld B of shared memory, device allows %lld",
+                       (long long)need, (long long)st->smem_optin);
+  }
   /* passes of up to 64 heads: the first writes its partial sums, later ones
    * add theirs, the last applies the key scale (H <= 64: one pass) */
   for (int h0 = 0; h0 < p.H; h0 += kPassHeads) {
@@ -106,19 +121,22 @@ extern "C" dsk_status dsk__cuda_indexer_logits(dsk_ctx *ctx, const dsk_indexer_l
     p.nh = p.H - h0 < kPassHeads ? p.H - h0 : kPassHeads;
     p.first = h0 == 0;
     p.last = h0 + kPassHeads >= p.H;
-    /* pages of a multiple of 16 entries: every 16-aligned m-tile lies in one
-     * page (lg_issue_tile) */
-    const bool tile16 = p.pbs % 16 == 0;
+    /* pages of a multiple of 16 (q kernel: 32) entries: every aligned tile
+     * lies in one page (lg_issue_tile) */
+    const bool qk = DSK_INDEXER_QSMEM && p.nh > 32;
+    const bool tile = p.pbs % (qk ? kQKeys : 16) == 0;
     void (*kern)(const LogitsParams) =
-        p.nh <= 32 ? (tile16 ? indexer_logits_kernel<4, true> : indexer_logits_kernel<4, false>)
-                   : (tile16 ? indexer_logits_kernel<8, true> : indexer_logits_kernel<8, false>);
+        qk ? (tile ? indexer_logits_q_kernel<true> : indexer_logits_q_kernel<false>)
+        : p.nh <= 32 ? (tile ? indexer_logits_kernel<4, true> : indexer_logits_kernel<4, false>)
+                     : (tile ? indexer_logits_kernel<8, true> : indexer_logits_kernel<8, false>);
+    const int64_t smem = qk ? lq_smem_bytes() : lg_smem_bytes();
     DSK_CUDA_TRY("indexer_logits", cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     int per_sm = 1;
     if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kern, kLThreads, (size_t)smem) != cudaSuccess) {
       (void)cudaGetLastError(); /* not sticky; fall back to one CTA per SM */
       per_sm = 1;
     }
-    p.chunk = logits_chunk(ctx, d->T, d->ctx_width, p.pbs, per_sm);
+    p.chunk = logits_chunk(ctx, d->T, d->ctx_width, p.pbs, per_sm, qk ? kQStage : kStage);
     const int64_t gx = (d->ctx_width + p.chunk - 1) / p.chunk;
     const int64_t gy = d->T < 65535 ? d->T : 65535;
     kern<<<dim3((unsigned)gx, (unsigned)gy), kLThreads, (size_t)smem, s>>>(p);

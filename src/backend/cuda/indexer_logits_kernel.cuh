@@ -69,21 +69,24 @@ __device__ __forceinline__ int lg_page(const LogitsParams &p, const int *s_bt, u
   return bi < (uint32_t)kBtCap ? s_bt[bi] : -1;
 }
 
-/* Issues the copies of warp `warp`'s m-tile of stage `st` (candidates
- * s_lo .. s_lo + 15 of the chunk, those < e) into ring buffer `buf`: the
- * records as one bulk copy per block-table run (lane l: the l-th block the
- * m-tile touches; at most 16), completion on the warp's mbarrier of that
- * buffer (lane 0 arrives first with the byte count, so the phase ends when
- * the bytes have landed); the scales by lanes 0..15 with cp.async (zero fill
- * for missing entries), committed by the caller. Missing records are not
- * copied: their rows hold stale bytes, which only reach their own MMA rows,
- * whose scores are -inf. Returns the missing candidates lane 0 counts. */
+/* Issues the copies of warp `warp`'s tile of stage `st` (KEYS = 16 or 32
+ * candidates s_lo .. s_lo + KEYS - 1 of the chunk, those < e) into ring
+ * buffer `buf`: the records as one bulk copy per block-table run (lane l:
+ * the l-th block the tile touches; at most KEYS), completion on the warp's
+ * mbarrier of that buffer (lane 0 arrives first with the byte count, so the
+ * phase ends when the bytes have landed); the scales by lanes 0..KEYS-1
+ * with cp.async (zero fill for missing entries), committed by the caller.
+ * Missing records are not copied: their rows hold stale bytes, which only
+ * reach their own MMA rows, whose scores are -inf. Returns the missing
+ * candidates lane 0 counts. */
+template <int KEYS>
 __device__ __forceinline__ int lg_issue(const LogitsParams &p, uint8_t *s_key, float *s_ks, uint64_t *s_bar,
                                         const int *s_bt, uint32_t b0, int64_t s_lo, int64_t e, int buf) {
+  static_assert(KEYS == 16 || KEYS == 32, "a tile of 16 or 32 candidates");
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int slot = buf * kLWarps + warp;
-  uint8_t *dst0 = s_key + (int64_t)slot * 16 * kRec;
-  const int64_t s_hi = s_lo + 16 < e ? s_lo + 16 : e;
+  uint8_t *dst0 = s_key + (int64_t)slot * KEYS * kRec;
+  const int64_t s_hi = s_lo + KEYS < e ? s_lo + KEYS : e;
   uint32_t bytes = 0u;
   int64_t rs = 0, src_off = 0;
   int miss = 0;
@@ -111,7 +114,7 @@ __device__ __forceinline__ int lg_issue(const LogitsParams &p, uint8_t *s_key, f
   }
   __syncwarp();
   if (bytes) dsk_ptx::bulk_g2s(dst0 + (rs - s_lo) * kRec, p.base + src_off, bytes, &s_bar[slot]);
-  if (lane < 16) {
+  if (lane < KEYS) {
     const int64_t s = s_lo + lane;
     bool ok = false;
     const uint8_t *src = p.base;
@@ -122,19 +125,20 @@ __device__ __forceinline__ int lg_issue(const LogitsParams &p, uint8_t *s_key, f
       ok = page >= 0;
       if (ok) src = p.base + (int64_t)page * p.page_stride + kRec * p.pbs + 4 * (s - (int64_t)b * p.pbs);
     }
-    dsk_ptx::cp_async4(&s_ks[slot * 16 + lane], src, ok);
+    dsk_ptx::cp_async4(&s_ks[slot * KEYS + lane], src, ok);
   }
   return __reduce_add_sync(kFull, miss) * (lane == 0 ? 1 : 0);
 }
 
-/* lg_issue for pages of a multiple of 16 entries (p.tile16): an m-tile
- * (16-aligned) then lies in one page, so lane 0 alone issues it: one 2 KB
- * bulk copy of its 16 records and one 64-byte bulk copy of their scales,
- * both completing on the warp's mbarrier of the buffer. The copies cover
- * the whole 16-entry window of the page even when fewer candidates remain
+/* lg_issue for pages of a multiple of KEYS entries: a tile (KEYS-aligned)
+ * then lies in one page, so lane 0 alone issues it: one bulk copy of its
+ * KEYS records (2 or 4 KB) and one of their scales (64 or 128 bytes), both
+ * completing on the warp's mbarrier of the buffer. The copies cover the
+ * whole KEYS-entry window of the page even when fewer candidates remain
  * (the extra rows only reach their own MMA rows, which are not stored); a
  * missing page copies nothing (its scores are -inf). Returns the missing
  * candidates on lane 0, 0 on the other lanes. */
+template <int KEYS>
 __device__ __forceinline__ int lg_issue_tile(const LogitsParams &p, uint8_t *s_key, float *s_ks, uint64_t *s_bar,
                                              const int *s_bt, uint32_t b0, int64_t s_lo, int64_t e, int buf) {
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -148,13 +152,13 @@ __device__ __forceinline__ int lg_issue_tile(const LogitsParams &p, uint8_t *s_k
       const int page = bi < (uint32_t)kBtCap ? s_bt[bi] : -1;
       if (page >= 0) {
         const uint8_t *pg = p.base + (int64_t)page * p.page_stride;
-        const int64_t r = s_lo - (int64_t)b * p.pbs; /* a multiple of 16, r + 16 <= pbs */
-        dsk_ptx::mbar_arrive_tx(&s_bar[slot], 16u * kRec + 64u);
-        dsk_ptx::bulk_g2s(s_key + (int64_t)slot * 16 * kRec, pg + r * kRec, 16u * kRec, &s_bar[slot]);
-        dsk_ptx::bulk_g2s(s_ks + slot * 16, pg + (int64_t)kRec * p.pbs + 4 * r, 64u, &s_bar[slot]);
+        const int64_t r = s_lo - (int64_t)b * p.pbs; /* a multiple of KEYS, r + KEYS <= pbs */
+        dsk_ptx::mbar_arrive_tx(&s_bar[slot], (uint32_t)KEYS * (kRec + 4u));
+        dsk_ptx::bulk_g2s(s_key + (int64_t)slot * KEYS * kRec, pg + r * kRec, (uint32_t)KEYS * kRec, &s_bar[slot]);
+        dsk_ptx::bulk_g2s(s_ks + slot * KEYS, pg + (int64_t)kRec * p.pbs + 4 * r, 4u * KEYS, &s_bar[slot]);
         copied = true;
       } else {
-        miss = (int)(e - s_lo < 16 ? e - s_lo : 16);
+        miss = (int)(e - s_lo < KEYS ? e - s_lo : KEYS);
       }
     }
     if (!copied) dsk_ptx::mbar_arrive(&s_bar[slot]);
@@ -162,11 +166,89 @@ __device__ __forceinline__ int lg_issue_tile(const LogitsParams &p, uint8_t *s_k
   return miss;
 }
 
-template <bool TILE>
+template <bool TILE, int KEYS = 16>
 __device__ __forceinline__ int lg_issue_any(const LogitsParams &p, uint8_t *s_key, float *s_ks, uint64_t *s_bar,
                                             const int *s_bt, uint32_t b0, int64_t s_lo, int64_t e, int buf) {
-  if constexpr (TILE) return lg_issue_tile(p, s_key, s_ks, s_bar, s_bt, b0, s_lo, e, buf);
-  else return lg_issue(p, s_key, s_ks, s_bar, s_bt, b0, s_lo, e, buf);
+  if constexpr (TILE) return lg_issue_tile<KEYS>(p, s_key, s_ks, s_bar, s_bt, b0, s_lo, e, buf);
+  else return lg_issue<KEYS>(p, s_key, s_ks, s_bar, s_bt, b0, s_lo, e, buf);
+}
+
+/* The CTA's mbarriers (count 1 each), initialised and made visible to the
+ * async proxy before any copy (a block barrier). */
+__device__ __forceinline__ void lg_init_bars(uint64_t *s_bar, int n) {
+  if ((int)threadIdx.x < n) dsk_ptx::mbar_init(&s_bar[threadIdx.x], 1u);
+  dsk_ptx::fence_mbarrier_init();
+  dsk_ptx::fence_proxy_async();
+  __syncthreads();
+}
+
+/* The start of row t in a CTA of chunk [c0, c1) (block b0 first), the same
+ * in both scores kernels: counts a truncated row (chunk 0), writes -inf to
+ * the chunk's columns >= min(L_t, ctx_width), and when the row has
+ * candidates in the chunk waits for the previous row's use of shared
+ * memory to end (a block barrier) and fills the block-table entries of the
+ * chunk (page or -1), w * q_scale per head of the pass (0 for padding
+ * heads) and the missing-entry count. Returns the end e of the row's
+ * candidates in the chunk, or -1 when there are none (block-uniform). */
+__device__ __forceinline__ int64_t lg_row_setup(const LogitsParams &p, int64_t t, int64_t c0, int64_t c1, uint32_t b0,
+                                                int *s_bt, float *s_wq, int *s_cnt) {
+  const int tid = threadIdx.x;
+  const int64_t L = dsk__indexer_causal_len(p.pos[t], p.sm[t], p.ratio);
+  const int64_t n = L < p.ctx_width ? L : p.ctx_width;
+  if (p.last && blockIdx.x == 0 && tid == 0 && L > p.ctx_width && p.counters) atomicAdd(&p.counters[1], 1ull);
+  if (p.skip_le >= 0 && n <= p.skip_le) return -1;
+  float *orow = p.out + t * p.out_st;
+  for (int64_t s = (c0 > n ? c0 : n) + tid; s < c1; s += kLThreads) orow[s] = -INFINITY;
+  const int64_t e = n < c1 ? n : c1;
+  if (c0 >= e) return -1;
+
+  __syncthreads(); /* the previous row's use of shared memory is over */
+  const int32_t r = p.req[t];
+  const bool rvalid = r >= 0 && (int64_t)r < p.bt_rows;
+  const int32_t *btrow = p.bt + (rvalid ? (int64_t)r * p.bt_stride : 0);
+  const int nbt = (int)(lg_block(p, (uint32_t)(e - 1)) - b0) + 1;
+  for (int i = tid; i < nbt && i < kBtCap; i += kLThreads) {
+    const int64_t b = (int64_t)b0 + i;
+    int pg = -1;
+    if (rvalid && b < p.max_blocks) {
+      const int64_t v = btrow[b];
+      if (v >= 0 && v < p.num_pages) pg = (int)v;
+    }
+    s_bt[i] = pg;
+  }
+  for (int h = tid; h < kPassHeads; h += kLThreads)
+    s_wq[h] = h < p.nh ? p.w[t * p.w_st + p.h0 + h] * p.qs[t * p.qs_st + p.h0 + h] : 0.f;
+  if (tid == 0) *s_cnt = 0;
+  return e;
+}
+
+/* The head sum of an m-tile's accumulators (columns 2 tq, 2 tq + 1 of
+ * n-tile nt are heads 8 nt + 2 tq + {0, 1} of the pass): relu times w *
+ * q_scale, summed over the lane's heads and then the quad. Lane (g, tq)
+ * returns the sum of row g (tq 0, 2) or row g + 8 (tq 1, 3). */
+template <int NT>
+__device__ __forceinline__ float lg_head_sum(const float (&acc)[NT][4], const float *s_wq, int tq) {
+  float sg = 0.f, sh = 0.f;
+#pragma unroll
+  for (int nt = 0; nt < NT; nt++) {
+    const float2 wv = *reinterpret_cast<const float2 *>(s_wq + 8 * nt + 2 * tq);
+    sg += dsk_ptx::ix_relu(acc[nt][0]) * wv.x + dsk_ptx::ix_relu(acc[nt][1]) * wv.y;
+    sh += dsk_ptx::ix_relu(acc[nt][2]) * wv.x + dsk_ptx::ix_relu(acc[nt][3]) * wv.y;
+  }
+  sg += __shfl_xor_sync(kFull, sg, 1);
+  sh += __shfl_xor_sync(kFull, sh, 1);
+  sg += __shfl_xor_sync(kFull, sg, 2);
+  sh += __shfl_xor_sync(kFull, sh, 2);
+  return (tq & 1) ? sh : sg;
+}
+
+/* Stores score v of candidate s: later passes add the earlier passes'
+ * partial sum; the last applies the key scale, or -inf when the entry's
+ * page is missing (ok false). */
+__device__ __forceinline__ void lg_store(const LogitsParams &p, float *orow, int64_t s, float v, bool ok, float ksc) {
+  if (!p.first) v += orow[s];
+  if (p.last) v = ok ? v * ksc : -INFINITY;
+  orow[s] = v;
 }
 
 /* Scores of rows t (blockIdx.y, + gridDim.y ...) over candidates
@@ -191,43 +273,13 @@ __global__ void __launch_bounds__(kLThreads, NT == 8 ? 1 : 2) indexer_logits_ker
   if (c0 >= p.ctx_width) return; /* block-uniform */
   const int64_t c1 = c0 + p.chunk < p.ctx_width ? c0 + p.chunk : p.ctx_width;
   const uint32_t b0 = lg_block(p, (uint32_t)c0);
-
-  if (tid < kNBuf * kLWarps) dsk_ptx::mbar_init(&s_bar[tid], 1u);
-  dsk_ptx::fence_mbarrier_init();
-  dsk_ptx::fence_proxy_async();
-  __syncthreads();
+  lg_init_bars(s_bar, kNBuf * kLWarps);
   uint32_t gs = 0u; /* stages issued by this CTA so far (block-uniform): buffer gs % kNBuf, parity (gs / kNBuf) & 1 */
 
   for (int64_t t = blockIdx.y; t < p.T; t += gridDim.y) {
-    const int64_t L = dsk__indexer_causal_len(p.pos[t], p.sm[t], p.ratio);
-    const int64_t n = L < p.ctx_width ? L : p.ctx_width;
-    if (p.last && blockIdx.x == 0 && tid == 0 && L > p.ctx_width && p.counters) atomicAdd(&p.counters[1], 1ull);
-    if (p.skip_le >= 0 && n <= p.skip_le) continue;
     float *orow = p.out + t * p.out_st;
-    for (int64_t s = (c0 > n ? c0 : n) + tid; s < c1; s += kLThreads) orow[s] = -INFINITY;
-    const int64_t e = n < c1 ? n : c1;
-    if (c0 >= e) continue; /* block-uniform */
-
-    __syncthreads(); /* the previous row's use of shared memory is over */
-    const int32_t r = p.req[t];
-    const bool rvalid = r >= 0 && (int64_t)r < p.bt_rows;
-    const int32_t *btrow = p.bt + (rvalid ? (int64_t)r * p.bt_stride : 0);
-
-    /* block-table entries of blocks b0 .. block(e - 1) -> page or -1 */
-    const int nbt = (int)(lg_block(p, (uint32_t)(e - 1)) - b0) + 1;
-    for (int i = tid; i < nbt && i < kBtCap; i += kLThreads) {
-      const int64_t b = (int64_t)b0 + i;
-      int pg = -1;
-      if (rvalid && b < p.max_blocks) {
-        const int64_t v = btrow[b];
-        if (v >= 0 && v < p.num_pages) pg = (int)v;
-      }
-      s_bt[i] = pg;
-    }
-    /* w * q_scale per head of the pass (0 for padding heads) */
-    for (int h = tid; h < kPassHeads; h += kLThreads)
-      s_wq[h] = h < p.nh ? p.w[t * p.w_st + p.h0 + h] * p.qs[t * p.qs_st + p.h0 + h] : 0.f;
-    if (tid == 0) *s_cnt = 0;
+    const int64_t e = lg_row_setup(p, t, c0, c1, b0, s_bt, s_wq, s_cnt);
+    if (e < 0) continue; /* block-uniform */
     /* q of the pass's heads -> f16 B fragments: bq[nt][2kk] holds
      * q[h][32tq + 4kk + {0,1}], bq[nt][2kk+1] holds q[h][32tq + 4kk + {2,3}]
      * of head h = h0 + 8nt + g (zero for padding heads). */
@@ -301,30 +353,10 @@ __global__ void __launch_bounds__(kLThreads, NT == 8 ? 1 : 2) indexer_logits_ker
           for (int nt = 0; nt < NT; nt++) dsk_ptx::mma_f16(acc[nt], a, bq[nt][2 * kk], bq[nt][2 * kk + 1]);
         }
       }
-      /* columns 2tq, 2tq + 1 of n-tile nt are heads 8nt + 2tq + {0, 1} of the pass */
-      float sg = 0.f, sh = 0.f;
-  #pragma unroll
-      for (int nt = 0; nt < NT; nt++) {
-        const float2 wv = *reinterpret_cast<const float2 *>(s_wq + 8 * nt + 2 * tq);
-        sg += dsk_ptx::ix_relu(acc[nt][0]) * wv.x + dsk_ptx::ix_relu(acc[nt][1]) * wv.y;
-        sh += dsk_ptx::ix_relu(acc[nt][2]) * wv.x + dsk_ptx::ix_relu(acc[nt][3]) * wv.y;
-      }
-      sg += __shfl_xor_sync(kFull, sg, 1);
-      sh += __shfl_xor_sync(kFull, sh, 1);
-      sg += __shfl_xor_sync(kFull, sg, 2);
-      sh += __shfl_xor_sync(kFull, sh, 2);
-      const int row = g + 8 * tq; /* tq 0: row g, tq 1: row g + 8 */
-      const int64_t s = s_lo + row;
-      if (tq < 2 && s < e) {
-        float v = tq == 0 ? sg : sh;
-        if (!p.first) v += orow[s];
-        if (p.last) {
-          /* TILE: the m-tile lies in one page */
-          const bool ok = TILE ? tok : lg_page(p, s_bt, b0, (uint32_t)s) >= 0;
-          v = ok ? v * ksc : -INFINITY;
-        }
-        orow[s] = v;
-      }
+      const float v = lg_head_sum<NT>(acc, s_wq, tq);
+      const int64_t s = s_lo + g + 8 * tq; /* tq 0: row g, tq 1: row g + 8 */
+      /* TILE: the m-tile lies in one page */
+      if (tq < 2 && s < e) lg_store(p, orow, s, v, TILE ? tok : lg_page(p, s_bt, b0, (uint32_t)s) >= 0, ksc);
     }
     gs += (uint32_t)nst;
     /* missing candidates of this chunk, one global atomic per CTA */

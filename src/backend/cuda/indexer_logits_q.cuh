@@ -1,0 +1,183 @@
+/* indexer_logits_q.cuh - the lightning indexer's scores kernel for passes
+ * of more than 32 heads (v5; docs/indexer.md): q of the pass in shared
+ * memory as f16, 32 candidates per warp and stage. Included after
+ * indexer_logits_kernel.cuh (its parameters, staging and finish rules) by
+ * indexer_logits.cu and tests/emu_indexer.cc.
+ *
+ * Why: the 64-head form of indexer_logits_kernel keeps all 64 heads' q
+ * fragments in registers (128 of them), so it runs at 206 registers, one
+ * CTA of 8 warps per SM (2 warps a scheduler), and its 16-candidate m-tile
+ * uses each converted key fragment for 8 MMAs only. Here q lives in shared
+ * memory (16 KB, read by ldmatrix: one x4 gives two n-tiles of one k-step),
+ * each warp scores two m-tiles (32 candidates), so each B fragment feeds
+ * two MMAs and each converted A fragment eight, at <= 128 registers: two
+ * CTAs per SM on sm_90 (4 warps a scheduler).
+ *
+ * Shared memory (bytes): record ring [kQNBuf][8 warps][32][128], q tile
+ * [64 heads][256] f16 (16-byte chunks XOR-swizzled by head & 7), scale ring
+ * [kQNBuf][8][32] fp32, mbarriers [kQNBuf][8], block-table entries, w *
+ * q_scale of the pass, the missing-entry count. Two ring buffers only
+ * (SM120's 99 KB): a warp scores one stage while its next is in flight. */
+
+constexpr int kQKeys = 32;                /* candidates per warp and stage: two m-tiles */
+constexpr int kQStage = kQKeys * kLWarps; /* 256 candidates per stage */
+constexpr int kQNBuf = 2;
+
+__host__ __device__ constexpr int64_t lq_off_q() { return (int64_t)kQNBuf * kQStage * kRec; }
+__host__ __device__ constexpr int64_t lq_off_ks() { return lq_off_q() + (int64_t)kPassHeads * 256; }
+__host__ __device__ constexpr int64_t lq_off_bar() { return lq_off_ks() + (int64_t)kQNBuf * kQStage * 4; }
+__host__ __device__ constexpr int64_t lq_off_bt() { return lq_off_bar() + (int64_t)kQNBuf * kLWarps * 8; }
+__host__ __device__ constexpr int64_t lq_off_wq() { return lq_off_bt() + kBtCap * 4; }
+__host__ __device__ constexpr int64_t lq_off_cnt() { return lq_off_wq() + kPassHeads * 4; }
+__host__ __device__ constexpr int64_t lq_smem_bytes() { return lq_off_cnt() + 16; }
+static_assert(lq_smem_bytes() <= DSK_SM120_SMEM_LIMIT, "logits (q in shared memory) CTA exceeds SM120 shared memory");
+static_assert(lq_off_q() % 16 == 0 && lq_off_ks() % 16 == 0 && lq_off_bar() % 8 == 0 && lq_off_bt() % 16 == 0 &&
+                  lq_off_cnt() % 16 == 0,
+              "regions aligned");
+static_assert(kMaxChunk % kQStage == 0, "whole stages per chunk");
+
+/* Byte offset in the q tile of 16-byte chunk `ch` (0..15) of head h's row:
+ * chunk 2 kk holds k-step kk's logical k 0..7 (word c: q[h][32 c + 4 kk +
+ * {0, 1}]), chunk 2 kk + 1 its k 8..15 (word c: q[h][32 c + 4 kk + {2, 3}]),
+ * i.e. indexer_logits_kernel's B fragments bq[.][2 kk] and bq[.][2 kk + 1]
+ * of lane (g = head, tq = c); ldmatrix of a chunk over 8 heads hands lane
+ * (g, tq) exactly those words, free of bank conflicts. */
+__host__ __device__ constexpr int lq_q_at(int h, int ch) { return h * 256 + ((ch ^ (h & 7)) << 4); }
+
+/* Scores of rows t (blockIdx.y, + gridDim.y ...) over candidates
+ * [c0, c0 + chunk) (chunk a multiple of kQStage) for the <= 64 heads of one
+ * pass. TILE: pages of a multiple of 32 entries (every 32-aligned tile lies
+ * in one page). */
+template <bool TILE>
+__global__ void __launch_bounds__(kLThreads, 2) indexer_logits_q_kernel(const LogitsParams p) {
+  extern __shared__ __align__(16) uint8_t smem[];
+  uint8_t *s_key = smem;
+  uint8_t *s_q = smem + lq_off_q();
+  float *s_ks = reinterpret_cast<float *>(smem + lq_off_ks());
+  uint64_t *s_bar = reinterpret_cast<uint64_t *>(smem + lq_off_bar());
+  int *s_bt = reinterpret_cast<int *>(smem + lq_off_bt());
+  float *s_wq = reinterpret_cast<float *>(smem + lq_off_wq());
+  int *s_cnt = reinterpret_cast<int *>(smem + lq_off_cnt());
+
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  const int g = lane >> 2, tq = lane & 3; /* MMA group (row) and member of the quad */
+
+  const int64_t c0 = (int64_t)blockIdx.x * p.chunk;
+  if (c0 >= p.ctx_width) return; /* block-uniform */
+  const int64_t c1 = c0 + p.chunk < p.ctx_width ? c0 + p.chunk : p.ctx_width;
+  const uint32_t b0 = lg_block(p, (uint32_t)c0);
+  lg_init_bars(s_bar, kQNBuf * kLWarps);
+  uint32_t gs = 0u; /* stages issued by this CTA so far: buffer gs % kQNBuf, parity (gs / kQNBuf) & 1 */
+
+  /* ldmatrix row address of lane l in a (k-step, n-tile pair) read: head
+   * 8 (2 np + (l >> 4)) + (l & 7), chunk 2 kk + ((l >> 3) & 1) */
+  const int q_head = 8 * (lane >> 4) + (lane & 7), q_half = (lane >> 3) & 1;
+
+  for (int64_t t = blockIdx.y; t < p.T; t += gridDim.y) {
+    float *orow = p.out + t * p.out_st;
+    const int64_t e = lg_row_setup(p, t, c0, c1, b0, s_bt, s_wq, s_cnt);
+    if (e < 0) continue; /* block-uniform */
+    {
+      /* q -> the f16 tile: thread (head tid / 4, quarter c = tid % 4)
+       * converts dims 32 c .. 32 c + 31 (zero for padding heads) */
+      const int h = tid >> 2, c = tid & 3;
+      uint4 v0 = make_uint4(0u, 0u, 0u, 0u), v1 = v0;
+      if (h < p.nh) {
+        const uint4 *src = reinterpret_cast<const uint4 *>(p.q + t * p.q_st + (int64_t)(p.h0 + h) * p.q_sh + 32 * c);
+        v0 = src[0];
+        v1 = src[1];
+      }
+#pragma unroll
+      for (int kk = 0; kk < 8; kk++) {
+        uint32_t lo, hi;
+        dsk_ptx::e4m3x4_to_f16x2x2(u4_word(kk < 4 ? v0 : v1, kk & 3), lo, hi);
+        *reinterpret_cast<uint32_t *>(s_q + lq_q_at(h, 2 * kk) + 4 * c) = lo;
+        *reinterpret_cast<uint32_t *>(s_q + lq_q_at(h, 2 * kk + 1) + 4 * c) = hi;
+      }
+    }
+    __syncthreads(); /* s_bt, s_wq, s_cnt, the q tile ready */
+
+    const int nst = (int)((e - c0 + kQStage - 1) / kQStage);
+    int miss = 0;
+#pragma unroll 1
+    for (int st = 0; st < kQNBuf - 1; st++) {
+      if (st < nst)
+        miss += lg_issue_any<TILE, kQKeys>(p, s_key, s_ks, s_bar, s_bt, b0, c0 + (int64_t)st * kQStage + kQKeys * warp,
+                                           e, (int)((gs + (uint32_t)st) % kQNBuf));
+      dsk_ptx::cp_async_commit();
+    }
+#pragma unroll 1
+    for (int i = 0; i < nst; i++) {
+      __syncwarp(); /* this warp finished reading the buffer of stage i - 1 */
+      if (i + kQNBuf - 1 < nst)
+        miss += lg_issue_any<TILE, kQKeys>(p, s_key, s_ks, s_bar, s_bt, b0,
+                                           c0 + (int64_t)(i + kQNBuf - 1) * kQStage + kQKeys * warp, e,
+                                           (int)((gs + (uint32_t)(i + kQNBuf - 1)) % kQNBuf));
+      dsk_ptx::cp_async_commit();
+      const uint32_t gi = gs + (uint32_t)i;
+      const int buf = (int)(gi % kQNBuf);
+      const int slot = buf * kLWarps + warp;
+      dsk_ptx::mbar_wait(&s_bar[slot], (gi / kQNBuf) & 1u);
+      if (!TILE) {
+        dsk_ptx::cp_async_wait<kQNBuf - 1>();
+        __syncwarp();
+      }
+      const int64_t s_lo = c0 + (int64_t)i * kQStage + kQKeys * warp;
+      if (s_lo >= e) continue; /* warp-uniform */
+      const bool two = s_lo + 16 < e; /* warp-uniform: the second m-tile has candidates */
+      const bool tok = TILE && p.last && lg_page(p, s_bt, b0, (uint32_t)s_lo) >= 0;
+      const uint8_t *kb = s_key + (int64_t)slot * kQKeys * kRec;
+      float acc[2][8][4];
+#pragma unroll
+      for (int mt = 0; mt < 2; mt++)
+#pragma unroll
+        for (int nt = 0; nt < 8; nt++) acc[mt][nt][0] = acc[mt][nt][1] = acc[mt][nt][2] = acc[mt][nt][3] = 0.f;
+#pragma unroll 1
+      for (int half = 0; half < 2; half++) {
+        const int off = 32 * tq + 16 * half;
+        uint4 x[2], y[2];
+#pragma unroll
+        for (int mt = 0; mt < 2; mt++) {
+          x[mt] = *reinterpret_cast<const uint4 *>(kb + (16 * mt + g) * kRec + off);
+          y[mt] = *reinterpret_cast<const uint4 *>(kb + (16 * mt + g + 8) * kRec + off);
+        }
+#pragma unroll
+        for (int kq = 0; kq < 4; kq++) {
+          const int kk = 4 * half + kq;
+          uint32_t a[2][4];
+#pragma unroll
+          for (int mt = 0; mt < 2; mt++) {
+            dsk_ptx::e4m3x4_to_f16x2x2(u4_word(x[mt], kq), a[mt][0], a[mt][2]); /* row g */
+            dsk_ptx::e4m3x4_to_f16x2x2(u4_word(y[mt], kq), a[mt][1], a[mt][3]); /* row g + 8 */
+          }
+#pragma unroll
+          for (int np = 0; np < 4; np++) { /* n-tiles 2 np, 2 np + 1 */
+            uint32_t b[4];
+            dsk_ptx::ldmatrix_x4(b, s_q + lq_q_at(16 * np + q_head, 2 * kk + q_half));
+#pragma unroll
+            for (int mt = 0; mt < 2; mt++) {
+              if (mt == 1 && !two) continue; /* warp-uniform */
+              dsk_ptx::mma_f16(acc[mt][2 * np], a[mt], b[0], b[1]);
+              dsk_ptx::mma_f16(acc[mt][2 * np + 1], a[mt], b[2], b[3]);
+            }
+          }
+        }
+      }
+      /* the finish of indexer_logits_kernel, per m-tile; the key scale is
+       * read here, not before the MMAs (registers: 128) */
+#pragma unroll
+      for (int mt = 0; mt < 2; mt++) {
+        if (mt == 1 && !two) continue;
+        const float v = lg_head_sum<8>(acc[mt], s_wq, tq);
+        const int row = g + 8 * tq; /* tq 0: row g, tq 1: row g + 8 */
+        const int64_t s = s_lo + 16 * mt + row;
+        if (tq < 2 && s < e)
+          lg_store(p, orow, s, v, TILE ? tok : lg_page(p, s_bt, b0, (uint32_t)s) >= 0, s_ks[slot * kQKeys + 16 * mt + row]);
+      }
+    }
+    gs += (uint32_t)nst;
+    if (lane == 0 && miss && p.last) atomicAdd(s_cnt, miss);
+    __syncthreads();
+    if (tid == 0 && *s_cnt && p.counters) atomicAdd(&p.counters[0], (unsigned long long)*s_cnt);
+  }
+}
