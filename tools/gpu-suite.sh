@@ -2,7 +2,7 @@
 # GPU suite: build with CUDA, then the backend-vs-reference harness on the
 # GPU (both backend tables), compute-sanitizer, the demo, the benchmarks
 # and the warmup timing. Logs go to $OUT (or /tmp/dsk-gpu). Usage:
-#   tools/gpu-suite.sh [build|check|sanitize|demo|bench|tune|all|ab-regcvt|ab-mla16|ab-skinny|ab-moe|ab-build|ab-bench|check-moe|ncu-prefill]...
+#   tools/gpu-suite.sh [build|check|sanitize|demo|bench|tune|all|ab-regcvt|ab-mla16|ab-skinny|ab-moe|ab-build|ab-bench|ab-v19|check-moe|ncu-prefill]...
 set -uo pipefail
 OUT=${OUT:-/tmp/dsk-gpu}
 mkdir -p "$OUT"
@@ -144,6 +144,36 @@ for what in "${@:-all}"; do
       # shared memory (-DDSK_MLA32_REGCVT=0) against the default build (the
       # raw-record kernel, in-register conversion), every model
       ab_variant k32 -DDSK_MLA32_REGCVT=0 dsv4-flash dsv4-pro glm-5.1 dsv3.2 ;;&
+    ab-v19)
+      # not part of `all` (needs `build` first): MoE v19 and Indexer v5, off
+      # by default until timed (-DDSK_MOE_PF_BCOOP=1 -DDSK_INDEXER_QSMEM=1),
+      # checked on both tables and under memcheck / racecheck, then timed
+      # against the default build, alternated, two rounds: the DSv4-Flash
+      # T 4096 MoE layer, the FC1 of GLM-5.1 and DSv4-Pro, the indexer at 128K
+      v19="-DDSK_MOE_PF_BCOOP=1 -DDSK_INDEXER_QSMEM=1"
+      run cmake_v19 cmake -S . -B "$B-v19" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES="$ARCHS" \
+        -DCMAKE_CUDA_FLAGS="$v19" ${DSK_CMAKE_FLAGS:-} &&
+        run build_v19 cmake --build "$B-v19" -j "$(nproc)" --target dsk_cli &&
+        for op in moe indexer; do
+          run check_v19_$op "$B-v19/dsk" check --device cuda:0 --only $op --quick
+          run check_v19_${op}_sm120 env DSK_TEST_AS_SM120=1 "$B-v19/dsk" check --device cuda:0 --only $op --quick
+          run memcheck_v19_$op timeout 300 compute-sanitizer --tool memcheck --error-exitcode 9 "$B-v19/dsk" check \
+            --device cuda:0 --quick --only $op
+          run racecheck_v19_$op timeout 300 compute-sanitizer --tool racecheck --error-exitcode 9 "$B-v19/dsk" check \
+            --device cuda:0 --quick --only $op
+        done &&
+        for i in 1 2; do
+          for bd in "$B" "$B-v19"; do
+            n=${bd##*-}
+            run bench_flash_${n}_$i env DSK_AUTOTUNE=0 DSK_AUTOTUNE_CACHE=off "$bd/dsk" bench moe --device cuda:0 \
+              --model dsv4-flash --t 4096
+            for m in glm-5.1 dsv4-pro; do
+              run bench_${m}_fc1_${n}_$i env DSK_AUTOTUNE=0 DSK_AUTOTUNE_CACHE=off "$bd/dsk" bench moe --device cuda:0 \
+                --model $m --t 4096 --op fc1
+            done
+            run bench_indexer_${n}_$i "$bd/dsk" bench indexer --device cuda:0 --context 131072
+          done
+        done ;;&
     tune|all)
       # issue 4's warmup goals: DSv4-Flash TP 2 from an empty cache, then
       # with the cache it wrote (wall clock of the whole process)
