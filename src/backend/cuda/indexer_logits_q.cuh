@@ -69,9 +69,13 @@ __global__ void __launch_bounds__(kLThreads, 2) indexer_logits_q_kernel(const Lo
   lg_init_bars(s_bar, kQNBuf * kLWarps);
   uint32_t gs = 0u; /* stages issued by this CTA so far: buffer gs % kQNBuf, parity (gs / kQNBuf) & 1 */
 
-  /* ldmatrix row address of lane l in a (k-step, n-tile pair) read: head
-   * 8 (2 np + (l >> 4)) + (l & 7), chunk 2 kk + ((l >> 3) & 1) */
-  const int q_head = 8 * (lane >> 4) + (lane & 7), q_half = (lane >> 3) & 1;
+  /* ldmatrix row address of lane l in the read of k-step kk = 4 half + kq,
+   * n-tiles 2 np and 2 np + 1: head 16 np + 8 (l >> 4) + (l & 7), chunk
+   * 2 kk + ((l >> 3) & 1), i.e. lq_q_at = q_row + 4096 np + 128 half +
+   * (q_x ^ (kq << 5)), as the chunk's bit 3 (half) is clear of the
+   * swizzle's bits 0..2 and kq's bits 1..2 are added by XOR */
+  const uint8_t *q_row = s_q + (8 * (lane >> 4) + (lane & 7)) * 256;
+  const int q_x = (((lane >> 3) & 1) ^ (lane & 7)) << 4;
 
   for (int64_t t = blockIdx.y; t < p.T; t += gridDim.y) {
     float *orow = p.out + t * p.out_st;
@@ -124,7 +128,10 @@ __global__ void __launch_bounds__(kLThreads, 2) indexer_logits_q_kernel(const Lo
       }
       const int64_t s_lo = c0 + (int64_t)i * kQStage + kQKeys * warp;
       if (s_lo >= e) continue; /* warp-uniform */
-      const bool two = s_lo + 16 < e; /* warp-uniform: the second m-tile has candidates */
+      /* warp-uniform: the second m-tile has candidates. (Its MMAs run
+       * under this test: without the branches ptxas schedules the loop
+       * into 128 registers with spills on both targets.) */
+      const bool two = s_lo + 16 < e;
       const bool tok = TILE && p.last && lg_page(p, s_bt, b0, (uint32_t)s_lo) >= 0;
       const uint8_t *kb = s_key + (int64_t)slot * kQKeys * kRec;
       float acc[2][8][4];
@@ -143,7 +150,7 @@ __global__ void __launch_bounds__(kLThreads, 2) indexer_logits_q_kernel(const Lo
         }
 #pragma unroll
         for (int kq = 0; kq < 4; kq++) {
-          const int kk = 4 * half + kq;
+          /* k-step 4 half + kq */
           uint32_t a[2][4];
 #pragma unroll
           for (int mt = 0; mt < 2; mt++) {
@@ -153,7 +160,7 @@ __global__ void __launch_bounds__(kLThreads, 2) indexer_logits_q_kernel(const Lo
 #pragma unroll
           for (int np = 0; np < 4; np++) { /* n-tiles 2 np, 2 np + 1 */
             uint32_t b[4];
-            dsk_ptx::ldmatrix_x4(b, s_q + lq_q_at(16 * np + q_head, 2 * kk + q_half));
+            dsk_ptx::ldmatrix_x4(b, q_row + 4096 * np + 128 * half + (q_x ^ (kq << 5)));
 #pragma unroll
             for (int mt = 0; mt < 2; mt++) {
               if (mt == 1 && !two) continue; /* warp-uniform */
