@@ -173,13 +173,24 @@ __device__ __forceinline__ int lg_issue_any(const LogitsParams &p, uint8_t *s_ke
   else return lg_issue<KEYS>(p, s_key, s_ks, s_bar, s_bt, b0, s_lo, e, buf);
 }
 
-/* The CTA's mbarriers (count 1 each), initialised and made visible to the
- * async proxy before any copy (a block barrier). */
-__device__ __forceinline__ void lg_init_bars(uint64_t *s_bar, int n) {
+/* The start of a CTA's chunk (first candidate c0): its n mbarriers (count
+ * 1 each) initialised and made visible to the async proxy before any copy
+ * (a block barrier). Returns the chunk's first block. */
+__device__ __forceinline__ uint32_t lg_chunk_begin(const LogitsParams &p, int64_t c0, uint64_t *s_bar, int n) {
   if ((int)threadIdx.x < n) dsk_ptx::mbar_init(&s_bar[threadIdx.x], 1u);
   dsk_ptx::fence_mbarrier_init();
   dsk_ptx::fence_proxy_async();
   __syncthreads();
+  return lg_block(p, (uint32_t)c0);
+}
+
+/* The end of a row: the missing candidates of the chunk that each warp's
+ * lane 0 counted (last pass) go to counters[0], one global atomic per CTA
+ * (a block barrier). */
+__device__ __forceinline__ void lg_row_end(const LogitsParams &p, int miss, int *s_cnt) {
+  if ((threadIdx.x & 31) == 0 && miss && p.last) atomicAdd(s_cnt, miss);
+  __syncthreads();
+  if (threadIdx.x == 0 && *s_cnt && p.counters) atomicAdd(&p.counters[0], (unsigned long long)*s_cnt);
 }
 
 /* The start of row t in a CTA of chunk [c0, c1) (block b0 first), the same
@@ -272,8 +283,7 @@ __global__ void __launch_bounds__(kLThreads, NT == 8 ? 1 : 2) indexer_logits_ker
   const int64_t c0 = (int64_t)blockIdx.x * p.chunk;
   if (c0 >= p.ctx_width) return; /* block-uniform */
   const int64_t c1 = c0 + p.chunk < p.ctx_width ? c0 + p.chunk : p.ctx_width;
-  const uint32_t b0 = lg_block(p, (uint32_t)c0);
-  lg_init_bars(s_bar, kNBuf * kLWarps);
+  const uint32_t b0 = lg_chunk_begin(p, c0, s_bar, kNBuf * kLWarps);
   uint32_t gs = 0u; /* stages issued by this CTA so far (block-uniform): buffer gs % kNBuf, parity (gs / kNBuf) & 1 */
 
   for (int64_t t = blockIdx.y; t < p.T; t += gridDim.y) {
@@ -359,10 +369,7 @@ __global__ void __launch_bounds__(kLThreads, NT == 8 ? 1 : 2) indexer_logits_ker
       if (tq < 2 && s < e) lg_store(p, orow, s, v, TILE ? tok : lg_page(p, s_bt, b0, (uint32_t)s) >= 0, ksc);
     }
     gs += (uint32_t)nst;
-    /* missing candidates of this chunk, one global atomic per CTA */
-    if (lane == 0 && miss && p.last) atomicAdd(s_cnt, miss);
-    __syncthreads();
-    if (tid == 0 && *s_cnt && p.counters) atomicAdd(&p.counters[0], (unsigned long long)*s_cnt);
+    lg_row_end(p, miss, s_cnt);
   }
 }
 

@@ -65,8 +65,7 @@ __global__ void __launch_bounds__(kLThreads, 2) indexer_logits_q_kernel(const Lo
   const int64_t c0 = (int64_t)blockIdx.x * p.chunk;
   if (c0 >= p.ctx_width) return; /* block-uniform */
   const int64_t c1 = c0 + p.chunk < p.ctx_width ? c0 + p.chunk : p.ctx_width;
-  const uint32_t b0 = lg_block(p, (uint32_t)c0);
-  lg_init_bars(s_bar, kQNBuf * kLWarps);
+  const uint32_t b0 = lg_chunk_begin(p, c0, s_bar, kQNBuf * kLWarps);
   uint32_t gs = 0u; /* stages issued by this CTA so far: buffer gs % kQNBuf, parity (gs / kQNBuf) & 1 */
 
   /* ldmatrix row address of lane l in the read of k-step kk = 4 half + kq,
@@ -183,8 +182,6 @@ __global__ void __launch_bounds__(kLThreads, 2) indexer_logits_q_kernel(const Lo
       }
     }
     gs += (uint32_t)nst;
-    if (lane == 0 && miss && p.last) atomicAdd(s_cnt, miss);
-    __syncthreads();
-    if (tid == 0 && *s_cnt && p.counters) atomicAdd(&p.counters[0], (unsigned long long)*s_cnt);
+    lg_row_end(p, miss, s_cnt);
   }
 }

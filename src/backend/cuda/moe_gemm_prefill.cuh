@@ -144,6 +144,18 @@ __device__ __forceinline__ int pf_byte_max(uint32_t w, int nb, int m) {
   return m;
 }
 
+/* DSK_MOE_PF_BCOOP: step s of column c's f16 row (at `row`): pair q of
+ * each of the four words t, times the multiplier m, goes to word t of
+ * 16-byte chunk 4 s + q, stored at chunk (4 s + q) ^ (c & 7) (the layout
+ * the warps' ldmatrix reads; see pf_b_to_f16). */
+__device__ __forceinline__ void pf_put_f16_step(uint8_t *row, int s, int c, const uint32_t (&o)[4][4], uint32_t m) {
+#pragma unroll
+  for (int q = 0; q < 4; q++)
+    *reinterpret_cast<uint4 *>(row + (((4 * s + q) ^ (c & 7)) << 4)) =
+        make_uint4(dsk_ptx::hmul2_u32(o[q][0], m), dsk_ptx::hmul2_u32(o[q][1], m), dsk_ptx::hmul2_u32(o[q][2], m),
+                   dsk_ptx::hmul2_u32(o[q][3], m));
+}
+
 /* DSK_MOE_PF_BCOOP: column c's 128 MXFP4 codes of a K tile (row c of the
  * stage's B tile, 64 bytes, swz64) -> f16 row c of the tile at sBh (256
  * bytes): word t of block s gives b_frag_mx_f16's four pairs q = 0..3
@@ -164,11 +176,7 @@ __device__ __forceinline__ void pf_b_to_f16(const uint8_t *sB, uint32_t sbw, int
     b_frag_mx_f16(v.y, o[0][1], o[1][1], o[2][1], o[3][1]);
     b_frag_mx_f16(v.z, o[0][2], o[1][2], o[2][2], o[3][2]);
     b_frag_mx_f16(v.w, o[0][3], o[1][3], o[2][3], o[3][3]);
-#pragma unroll
-    for (int q = 0; q < 4; q++)
-      *reinterpret_cast<uint4 *>(row + (((4 * s + q) ^ (c & 7)) << 4)) =
-          make_uint4(dsk_ptx::hmul2_u32(o[q][0], m), dsk_ptx::hmul2_u32(o[q][1], m), dsk_ptx::hmul2_u32(o[q][2], m),
-                     dsk_ptx::hmul2_u32(o[q][3], m));
+    pf_put_f16_step(row, s, c, o, m);
   }
 }
 
@@ -188,11 +196,7 @@ __device__ __forceinline__ void pf_b8_to_f16(const uint8_t *sB, uint32_t m, uint
       a_frag_f16<false>(make_uint2(v.x, v.y), o[0][2 * hh], o[1][2 * hh], o[2][2 * hh], o[3][2 * hh]);
       a_frag_f16<false>(make_uint2(v.z, v.w), o[0][2 * hh + 1], o[1][2 * hh + 1], o[2][2 * hh + 1], o[3][2 * hh + 1]);
     }
-#pragma unroll
-    for (int q = 0; q < 4; q++)
-      *reinterpret_cast<uint4 *>(row + (((4 * s + q) ^ (c & 7)) << 4)) =
-          make_uint4(dsk_ptx::hmul2_u32(o[q][0], m), dsk_ptx::hmul2_u32(o[q][1], m), dsk_ptx::hmul2_u32(o[q][2], m),
-                     dsk_ptx::hmul2_u32(o[q][3], m));
+    pf_put_f16_step(row, s, c, o, m);
   }
 }
 
