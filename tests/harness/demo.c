@@ -24,10 +24,12 @@
  *
  * Two more rows follow (same columns, `-` where a column does not apply,
  * the check's detail after the result):
- *   DSv4-Flash mHC: dsk_mhc_prenorm + dsk_mhc_pre + dsk_mhc_post of one
- *     sublayer, D 4096, T 16, on the context's backend against the cpu-ref
- *     with the same split count, within spec/mhc.md §7's bounds (the rules of
- *     check_mhc.c); cpb = S; GB/s over the bytes of spec/mhc.md §5.
+ *   DSv4-Flash mHC: one sublayer as a model runs it, dsk_mhc_post_prenorm
+ *     (the previous sublayer's post fused with this prenorm) + dsk_mhc_pre,
+ *     D 4096, T 16, on the context's backend against the cpu-ref with the
+ *     same split count, within spec/mhc.md §7's bounds (the rules of
+ *     check_mhc.c's fused rows); cpb = S; GB/s over the bytes the two ops
+ *     move.
  *   DSv4-Flash indexer: dsk_indexer_logits + dsk_topk of the C4A layer (64
  *     heads, ratio 4, K 512, keys written with dsk_kv_write into pages in
  *     random order) for the same 4 x 4 query tokens over the same context
@@ -629,34 +631,43 @@ static dsk_status demo_time(dsk_ctx *ctx, int reps, dsk_status (*fn)(dsk_ctx *, 
 #define DEMO_MHC_D 4096
 
 typedef struct demo_mhc_run {
-  dsk_mhc_prenorm_desc pn;
+  dsk_mhc_post_prenorm_desc pp;
   dsk_mhc_pre_desc pre;
-  dsk_mhc_post_desc post;
 } demo_mhc_run;
 
+/* one sublayer as a model runs it: the previous sublayer's post fused with
+ * this sublayer's prenorm, then pre */
 static dsk_status demo_mhc_once(dsk_ctx *ctx, void *user) {
   const demo_mhc_run *r = (const demo_mhc_run *)user;
-  dsk_status st = dsk_mhc_prenorm(ctx, &r->pn);
+  dsk_status st = dsk_mhc_post_prenorm(ctx, &r->pp);
   if (st == DSK_STATUS_OK) st = dsk_mhc_pre(ctx, &r->pre);
-  if (st == DSK_STATUS_OK) st = dsk_mhc_post(ctx, &r->post);
   return st;
 }
 
-/* Descriptors of one sublayer on context memory (pointers of that context). */
+/* Descriptors of one sublayer on context memory (pointers of that context):
+ * post_prenorm (sub, R, post0, C0, fn -> Ro, part), then pre on Ro (its
+ * partials part; -> y, post, C, prew). */
 static void demo_mhc_descs(demo_mhc_run *r, int64_t T, int64_t D, int32_t S, const dsk_bf16 *R, const float *fn,
-                           const float *scale, const float *base, const dsk_bf16 *sub, float *part, dsk_bf16 *y,
-                           float *post, float *C, float *prew, dsk_bf16 *Ro) {
+                           const float *scale, const float *base, const dsk_bf16 *sub, const float *post0,
+                           const float *C0, float *part, dsk_bf16 *y, float *post, float *C, float *prew,
+                           dsk_bf16 *Ro) {
   const int64_t nD = 4 * D;
-  dsk_mhc_prenorm_desc_init(&r->pn);
-  r->pn.T = T;
-  r->pn.D = D;
-  r->pn.nD = nD;
-  r->pn.R = R;
-  r->pn.R_stride = nD;
-  r->pn.fn = fn;
-  r->pn.fixed_splits = S;
-  r->pn.partials = part;
-  r->pn.partials_bytes = (int64_t)S * T * 100;
+  dsk_mhc_post_prenorm_desc_init(&r->pp);
+  r->pp.T = T;
+  r->pp.D = D;
+  r->pp.nD = nD;
+  r->pp.out = sub;
+  r->pp.out_stride = D;
+  r->pp.R = R;
+  r->pp.R_stride = nD;
+  r->pp.post = post0;
+  r->pp.C = C0;
+  r->pp.R_out = Ro;
+  r->pp.R_out_stride = nD;
+  r->pp.fn = fn;
+  r->pp.fixed_splits = S;
+  r->pp.partials = part;
+  r->pp.partials_bytes = (int64_t)S * T * 100;
   dsk_mhc_pre_desc_init(&r->pre);
   r->pre.T = T;
   r->pre.D = D;
@@ -664,7 +675,7 @@ static void demo_mhc_descs(demo_mhc_run *r, int64_t T, int64_t D, int32_t S, con
   r->pre.fixed_splits = S;
   r->pre.partials = part;
   r->pre.partials_bytes = (int64_t)S * T * 100;
-  r->pre.R = R;
+  r->pre.R = Ro;
   r->pre.R_stride = nD;
   r->pre.scale = scale;
   r->pre.base = base;
@@ -673,17 +684,6 @@ static void demo_mhc_descs(demo_mhc_run *r, int64_t T, int64_t D, int32_t S, con
   r->pre.post = post;
   r->pre.C = C;
   r->pre.pre_w = prew;
-  dsk_mhc_post_desc_init(&r->post);
-  r->post.T = T;
-  r->post.D = D;
-  r->post.out = sub;
-  r->post.out_stride = D;
-  r->post.R = R;
-  r->post.R_stride = nD;
-  r->post.post = post;
-  r->post.C = C;
-  r->post.R_out = Ro;
-  r->post.R_out_stride = nD;
 }
 
 static double demo_ulp_bf16(double v) {
@@ -691,10 +691,15 @@ static double demo_ulp_bf16(double v) {
   return v < 0x1p-126 ? 0x1p-133 : ldexp(1.0, ilogb(v) - 7);
 }
 
-/* Inputs as check_mhc.c; the reference runs on the cpu-ref with the split
- * count the device resolved; bounds of spec/mhc.md §7 (FP32):
+/* Inputs as check_mhc.c: R, the sublayer output and fn normal; the previous
+ * sublayer's post in (0, 2) and C a positive matrix with rows summing to 1
+ * (what pre produces). The reference runs on the cpu-ref with the split
+ * count the device resolved, in two checks as check_mhc.c's fused rows:
+ * the post step on the same inputs (R'), and prenorm + pre on the device's
+ * R' (y, post, C, pre weights: what the device's partials fed). Bounds of
+ * spec/mhc.md §7 (FP32):
  *   pre weights, post, C   abs <= 1e-5
- *   y                      abs <= ulp_bf16(ref) + 2e-5 * sum_i |R_i|
+ *   y                      abs <= ulp_bf16(ref) + 2e-5 * sum_i |R'_i|
  *   R'                     abs <= ulp_bf16(ref) + 2e-5 * (|out| + sum_i |R_i|) */
 static int demo_mhc(dsk_ctx *ctx, dsk_ctx *ref, const dsk_demo_opts *o, int reps, demo_xrow *row) {
   tu_rng rng = tu_rng_make(o->seed ^ 0x3AC0FFEEull);
@@ -708,6 +713,7 @@ static int demo_mhc(dsk_ctx *ctx, dsk_ctx *ref, const dsk_demo_opts *o, int reps
   snprintf(row->H, sizeof row->H, "-");
   dsk_bf16 *R = (dsk_bf16 *)hmalloc(&hh, Rb), *sub = (dsk_bf16 *)hmalloc(&hh, yb);
   float *fn = (float *)hmalloc(&hh, fnb);
+  float *post0 = (float *)hmalloc(&hh, (size_t)T * 16), *C0 = (float *)hmalloc(&hh, (size_t)T * 64);
   float scale[3] = {1.0f, 1.0f, 0.25f}, base[24];
   /* results: [0] the context's, [1] the reference's */
   dsk_bf16 *y[2], *Ro[2];
@@ -719,12 +725,20 @@ static int demo_mhc(dsk_ctx *ctx, dsk_ctx *ref, const dsk_demo_opts *o, int reps
     C[k] = (float *)hmalloc(&hh, (size_t)T * 64);
     prew[k] = (float *)hmalloc(&hh, (size_t)T * 16);
   }
-  if (!R || !sub || !fn || !y[1] || !Ro[1] || !post[1] || !C[1] || !prew[1]) st = DSK_STATUS_OUT_OF_MEMORY;
+  if (!R || !sub || !fn || !post0 || !C0 || !y[1] || !Ro[1] || !post[1] || !C[1] || !prew[1])
+    st = DSK_STATUS_OUT_OF_MEMORY;
   if (st == DSK_STATUS_OK) {
     tu_fill_bf16_normal(&rng, R, (size_t)(T * nD), 1.0);
     tu_fill_bf16_normal(&rng, sub, (size_t)(T * D), 1.0);
     for (int64_t i = 0; i < 24 * nD; i++) fn[i] = (float)(tu_normal(&rng) / sqrt((double)nD));
     for (int j = 0; j < 24; j++) base[j] = (float)(tu_uniform(&rng) - 0.5);
+    for (int64_t t = 0; t < T; t++)
+      for (int i = 0; i < 4; i++) {
+        post0[t * 4 + i] = (float)(2.0 / (1.0 + exp(-2.0 * tu_normal(&rng))));
+        double w[4], sw = 0;
+        for (int j = 0; j < 4; j++) sw += w[j] = 0.05 + tu_uniform(&rng);
+        for (int j = 0; j < 4; j++) C0[t * 16 + i * 4 + j] = (float)(w[j] / sw);
+      }
   }
 
   /* the context: plan (S), poison the outputs, time, download */
@@ -733,33 +747,41 @@ static int demo_mhc(dsk_ctx *ctx, dsk_ctx *ref, const dsk_demo_opts *o, int reps
   const float *dfn = (const float *)dput(ctx, &mm, fn, fnb, &st);
   const float *dsc = (const float *)dput(ctx, &mm, scale, sizeof scale, &st);
   const float *dba = (const float *)dput(ctx, &mm, base, sizeof base, &st);
+  const float *dpost0 = (const float *)dput(ctx, &mm, post0, (size_t)T * 16, &st);
+  const float *dC0 = (const float *)dput(ctx, &mm, C0, (size_t)T * 64, &st);
+  dsk_bf16 *dy = (dsk_bf16 *)dalloc(ctx, &mm, yb, &st), *dRo = (dsk_bf16 *)dalloc(ctx, &mm, Rb, &st);
   int32_t S = 0;
   if (st == DSK_STATUS_OK) {
-    dsk_mhc_prenorm_desc pd;
-    dsk_mhc_prenorm_desc_init(&pd);
+    dsk_mhc_post_prenorm_desc pd;
+    dsk_mhc_post_prenorm_desc_init(&pd);
     pd.T = T;
     pd.D = D;
     pd.nD = nD;
+    pd.out = dsub;
+    pd.out_stride = D;
     pd.R = dR;
     pd.R_stride = nD;
+    pd.post = dpost0;
+    pd.C = dC0;
+    pd.R_out = dRo;
+    pd.R_out_stride = nD;
     pd.fn = dfn;
     dsk_plan_info pi;
     memset(&pi, 0, sizeof pi);
     pi.struct_size = sizeof pi;
-    TRY(dsk_mhc_prenorm_plan(ctx, &pd, &pi));
+    TRY(dsk_mhc_post_prenorm_plan(ctx, &pd, &pi));
     S = pi.tactic.v[0];
   }
   snprintf(row->cpb, sizeof row->cpb, "%d", (int)S);
   const size_t pb = (size_t)S * (size_t)T * 100;
   float *dpart = (float *)dalloc(ctx, &mm, pb, &st);
-  dsk_bf16 *dy = (dsk_bf16 *)dalloc(ctx, &mm, yb, &st), *dRo = (dsk_bf16 *)dalloc(ctx, &mm, Rb, &st);
   float *dpost = (float *)dalloc(ctx, &mm, (size_t)T * 16, &st), *dC = (float *)dalloc(ctx, &mm, (size_t)T * 64, &st);
   float *dprew = (float *)dalloc(ctx, &mm, (size_t)T * 16, &st);
   void *pz[6] = {dpart, dy, dRo, dpost, dC, dprew};
   size_t pzb[6] = {pb, yb, Rb, (size_t)T * 16, (size_t)T * 64, (size_t)T * 16};
   for (int i = 0; i < 6; i++) TRY(dsk_mem_set(ctx, pz[i], 0xFF, pzb[i]));
   demo_mhc_run run;
-  demo_mhc_descs(&run, T, D, S, dR, dfn, dsc, dba, dsub, dpart, dy, dpost, dC, dprew, dRo);
+  demo_mhc_descs(&run, T, D, S, dR, dfn, dsc, dba, dsub, dpost0, dC0, dpart, dy, dpost, dC, dprew, dRo);
   TRY(demo_time(ctx, reps, demo_mhc_once, &run, &row->median_us));
   TRY(dsk_mem_download(ctx, y[0], dy, yb));
   TRY(dsk_mem_download(ctx, Ro[0], dRo, Rb));
@@ -768,13 +790,39 @@ static int demo_mhc(dsk_ctx *ctx, dsk_ctx *ref, const dsk_demo_opts *o, int reps
   TRY(dsk_mem_download(ctx, prew[0], dprew, (size_t)T * 16));
   demo_free(ctx, &mm);
 
-  /* the reference (host memory), same S */
+  /* the reference (host memory), same S: the post step on the same inputs,
+   * then prenorm + pre on the device's R' */
   float *hpart = (float *)hmalloc(&hh, pb);
   if (!hpart && st == DSK_STATUS_OK) st = DSK_STATUS_OUT_OF_MEMORY;
   if (st == DSK_STATUS_OK) {
+    dsk_mhc_post_desc po;
+    dsk_mhc_post_desc_init(&po);
+    po.T = T;
+    po.D = D;
+    po.out = sub;
+    po.out_stride = D;
+    po.R = R;
+    po.R_stride = nD;
+    po.post = post0;
+    po.C = C0;
+    po.R_out = Ro[1];
+    po.R_out_stride = nD;
+    TRY(dsk_mhc_post(ref, &po));
+    dsk_mhc_prenorm_desc pn;
+    dsk_mhc_prenorm_desc_init(&pn);
+    pn.T = T;
+    pn.D = D;
+    pn.nD = nD;
+    pn.R = Ro[0];
+    pn.R_stride = nD;
+    pn.fn = fn;
+    pn.fixed_splits = S;
+    pn.partials = hpart;
+    pn.partials_bytes = (int64_t)pb;
+    TRY(dsk_mhc_prenorm(ref, &pn));
     demo_mhc_run rr;
-    demo_mhc_descs(&rr, T, D, S, R, fn, scale, base, sub, hpart, y[1], post[1], C[1], prew[1], Ro[1]);
-    TRY(demo_mhc_once(ref, &rr));
+    demo_mhc_descs(&rr, T, D, S, R, fn, scale, base, sub, post0, C0, hpart, y[1], post[1], C[1], prew[1], Ro[0]);
+    TRY(dsk_mhc_pre(ref, &rr.pre));
     TRY(dsk_ctx_synchronize(ref, NULL));
   }
   int rc = 1;
@@ -791,11 +839,14 @@ static int demo_mhc(dsk_ctx *ctx, dsk_ctx *ref, const dsk_demo_opts *o, int reps
     }
     for (int64_t t = 0; t < T; t++)
       for (int64_t k = 0; k < D; k++) {
-        double mag = 0;
-        for (int i = 0; i < 4; i++) mag += fabs((double)dsk_bf16_to_f32(R[t * nD + i * D + k]));
+        double mag = 0, mag1 = 0;
+        for (int i = 0; i < 4; i++) {
+          mag += fabs((double)dsk_bf16_to_f32(R[t * nD + i * D + k]));
+          mag1 += fabs((double)dsk_bf16_to_f32(Ro[0][t * nD + i * D + k]));
+        }
         const int64_t e = t * D + k;
         double rv = dsk_bf16_to_f32(y[1][e]), gv = dsk_bf16_to_f32(y[0][e]), d = fabs(gv - rv);
-        ry = d != d ? INFINITY : fmax(ry, d / (demo_ulp_bf16(rv) + 2e-5 * mag));
+        ry = d != d ? INFINITY : fmax(ry, d / (demo_ulp_bf16(rv) + 2e-5 * mag1));
         const double om = mag + fabs((double)dsk_bf16_to_f32(sub[e]));
         for (int j = 0; j < 4; j++) {
           const int64_t f = t * nD + j * D + k;
@@ -812,7 +863,9 @@ static int demo_mhc(dsk_ctx *ctx, dsk_ctx *ref, const dsk_demo_opts *o, int reps
     row->max_abs = mabs;
     row->pass = es <= 1e-5 && ry <= 1.0 && rr <= 1.0;
     const double sec = row->median_us * 1e-6;
-    const double bytes = 24.0 * nD * 4 + 4.0 * T * nD * 2 + T * D * 2.0 + T * 80.0;
+    /* fn; R read, R' written, R' read by pre; out read, y written; post, C,
+     * the partials' and the small outputs */
+    const double bytes = 24.0 * nD * 4 + 3.0 * T * nD * 2 + 2.0 * T * D * 2 + T * 80.0 + 2.0 * S * T * 100;
     const double flop = 2.0 * T * nD * 25 + 2.0 * T * D * 4 + 2.0 * T * nD * 5;
     row->gbps = sec > 0 ? bytes / sec * 1e-9 : 0;
     row->tflops = sec > 0 ? flop / sec * 1e-12 : 0;
@@ -1038,7 +1091,7 @@ int dsk_demo_run(dsk_ctx *ctx, const dsk_demo_opts *o_in, FILE *out) {
   fprintf(out, "demo: bytes and FLOP per sparse-decode.md §8 (R = 584 / 656 B per record, lse included); error vs "
                "the fp64 oracle, ACCURATE bound rel_l2 <= %.0e, max_abs <= %.0e*max|ref|, lse_abs <= %.0e\n",
           MLA_ACCURATE_REL_L2, MLA_ACCURATE_MAX_ABS_REL, MLA_ACCURATE_LSE_ABS);
-  fprintf(out, "demo: mHC row: prenorm+pre+post, D %d, cpb = split count S, GB/s over spec/mhc.md §5 bytes, rel_l2 / "
+  fprintf(out, "demo: mHC row: post_prenorm+pre (one sublayer), D %d, cpb = split count S, GB/s over the bytes both ops move, rel_l2 / "
                "max_abs of R' vs the cpu-ref; indexer row: logits + top-%d, ratio 4, GB/s over the key bytes read, "
                "rel_l2 / max_abs of the scores; their bounds follow the result\n",
           DEMO_MHC_D, 512);
