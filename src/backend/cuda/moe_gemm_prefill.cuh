@@ -91,7 +91,9 @@
  * n8 tile and 32-wide step). The ring then has 2 stages (MXFP4 2 x 25,600
  * B, FP8 2 x 33,792 B, + 32,768 B: FP8 exactly SM120's 101,376 with the
  * maxima), and a K tile takes a second barrier (the f16 tile written).
- * 0 = every warp converts its own B fragments (v14..v18). */
+ * 0 = every warp converts its own B fragments (v14..v18); 1 = both weight
+ * formats convert once per CTA; 2 = MXFP4 weights only; 3 = FP8 weights
+ * only (the kernels of 1, chosen per format). */
 #ifndef DSK_MOE_PF_BCOOP
 #define DSK_MOE_PF_BCOOP 0
 #endif
@@ -107,7 +109,8 @@ struct Pf {
   static constexpr int STAGE = SA + SB + SSA + SSB;
   static constexpr int MAXES = (BM + BN) * 4; /* the row and column maxima */
   /* DSK_MOE_PF_BCOOP: the f16 B tile, BN rows (columns) of 128 K values */
-  static constexpr bool BCOOP = DSK_MOE_PF_BCOOP && BM_ == 128;
+  static constexpr bool BCOOP =
+      BM_ == 128 && (DSK_MOE_PF_BCOOP == 1 || DSK_MOE_PF_BCOOP == (MX ? 2 : 3));
   static constexpr int SBH = BCOOP ? BN * 256 : 0;
   static constexpr int FIT = (DSK_SM120_SMEM_LIMIT - MAXES - SBH) / STAGE;
   static constexpr int STAGES = BCOOP ? 2 : FIT < 3 ? FIT : 3;
