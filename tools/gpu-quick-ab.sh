@@ -1,0 +1,104 @@
+#!/bin/bash
+# Quick A/B of a variant build against the default on a device machine,
+# with both binaries built beforehand on the build machine and carried, and
+# every step under a deadline, so that a short or late lease still returns
+# the most useful numbers first. Usage:
+#
+#   here:   DSK_AB_FLAGS="-DDSK_MOE_PF_BCOOP=1 -DDSK_INDEXER_QSMEM=1" tools/gpu-quick-ab.sh prep
+#           (builds build-qab0 with DSK_AB_FLAGS and build-qab1 without,
+#           CUDA archs DSK_GPU_ARCHS (default 90-real), and copies the two
+#           dsk binaries to .dev/qab/b0 and .dev/qab/b1; cJSON is unpacked
+#           into .dev/root when it is not there)
+#   device: carry .dev/root and .dev/qab, then
+#           DSK_QAB_DEADLINE=300 tools/gpu-quick-ab.sh run
+#
+# `run` packs its logs into $OUT/qab.tgz (OUT default /tmp/dsk-qab) after
+# every step and keeps the step list in $OUT/progress.txt. Order: round 1 of the benchmarks (b0, b1
+# alternated), `dsk check --quick` of b0 for each op in DSK_QAB_CHECK on
+# cuda-sm90, then on DSK_TEST_AS_SM120=1, then b1's checks, round 2 of the
+# benchmarks, then memcheck and racecheck of b0. A step starts only if the
+# time it may take (its timeout) fits before the deadline.
+#   DSK_QAB_BENCH  `dsk bench` argument sets separated by '|', each the
+#                  bench's name and its arguments (default: "moe --model
+#                  dsv4-flash --t 4096 --op fc1|...": the MoE FC1 / FC2 of
+#                  DSv4-Flash at T 4096, GLM-5.1 FC1, the indexer logits at
+#                  128K, T 64)
+#   DSK_QAB_CHECK  ops for `dsk check --only` (default: moe indexer)
+set -uo pipefail
+here=$(cd "$(dirname "$0")/.." && pwd)
+cmd=${1:-}
+case $cmd in
+  prep)
+    root=$here/.dev/root
+    if [ ! -f "$root/usr/include/cjson/cJSON.h" ]; then
+      mkdir -p "$root" && tmp=$(mktemp -d) &&
+        (cd "$tmp" && apt-get download libcjson1 libcjson-dev) &&
+        for f in "$tmp"/libcjson*.deb; do dpkg -x "$f" "$root"; done || { echo "cJSON unpack failed" >&2; exit 1; }
+    fi
+    cf=(-DCMAKE_BUILD_TYPE=Release "-DCMAKE_CUDA_ARCHITECTURES=${DSK_GPU_ARCHS:-90-real}" -DDSK_BUILD_TESTS=OFF
+        "-DDSK_CJSON_INCLUDE_DIR=$root/usr/include/cjson"
+        "-DDSK_CJSON_LIBRARY=$root/usr/lib/x86_64-linux-gnu/libcjson.so")
+    cmake -S "$here" -B "$here/build-qab0" "${cf[@]}" "-DCMAKE_CUDA_FLAGS=${DSK_AB_FLAGS:?set DSK_AB_FLAGS}" \
+      "-DCMAKE_C_FLAGS=$DSK_AB_FLAGS" > /dev/null 2>&1 || exit 1
+    cmake -S "$here" -B "$here/build-qab1" "${cf[@]}" -DCMAKE_CUDA_FLAGS= -DCMAKE_C_FLAGS= > /dev/null 2>&1 || exit 1
+    for b in 0 1; do
+      cmake --build "$here/build-qab$b" -j "$(nproc)" --target dsk_cli > "$here/build-qab$b/qab-build.log" 2>&1 ||
+        { tail -n 30 "$here/build-qab$b/qab-build.log" >&2; exit 1; }
+      mkdir -p "$here/.dev/qab/b$b" && cp "$here/build-qab$b/dsk" "$here/.dev/qab/b$b/dsk" || exit 1
+    done
+    echo "ready: carry .dev/root and .dev/qab (b0 = $DSK_AB_FLAGS, b1 = default)" ;;
+  run)
+    # the logs stay outside $OUT (a device call returns at most 8 files):
+    # $OUT gets the tarball and the progress list
+    out=${OUT:-/tmp/dsk-qab}
+    work=$(mktemp -d)
+    log=$work/qab
+    mkdir -p "$log" "$out"
+    export LD_LIBRARY_PATH=$here/.dev/root/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+    export PATH=/usr/local/cuda/bin:$PATH
+    dl=${DSK_QAB_DEADLINE:-300}
+    t0=$SECONDS
+    b0=$here/.dev/qab/b0/dsk b1=$here/.dev/qab/b1/dsk
+    [ -x "$b0" ] && [ -x "$b1" ] || { echo "no carried binaries: run 'prep' here and carry .dev/qab" >&2; exit 1; }
+    nvidia-smi -L > "$log/gpu.txt" 2>&1
+    # step NAME TIMEOUT COMMAND...: run it if TIMEOUT seconds fit before the deadline
+    step() {
+      local name=$1 lim=$2
+      shift 2
+      if [ $((SECONDS - t0 + lim)) -gt "$dl" ]; then
+        echo "skipped $name (deadline)" >> "$log/progress.txt"
+        return 0
+      fi
+      local s=$SECONDS
+      timeout "$lim" "$@" > "$log/$name.txt" 2>&1
+      echo "$name rc=$? $((SECONDS - s)) s (at +$((SECONDS - t0)) s)" >> "$log/progress.txt"
+      tar czf "$out/qab.tgz" -C "$work" qab
+      cp "$log/progress.txt" "$out/progress.txt"
+    }
+    IFS='|' read -ra sets <<< "${DSK_QAB_BENCH:-moe --model dsv4-flash --t 4096 --op fc1|moe --model dsv4-flash --t 4096 --op fc2|moe --model glm-5.1 --t 4096 --op fc1|indexer --context 131072 --t 64 --op logits}"
+    bench_round() {
+      for k in "${!sets[@]}"; do
+        # the first word of a set is the bench (moe, indexer, ...), the rest its arguments
+        read -ra w <<< "${sets[$k]}"
+        for b in 0 1; do
+          local bin=$b0
+          [ $b = 1 ] && bin=$b1
+          step "bench_${k}_b${b}_r$1" 60 env DSK_AUTOTUNE=0 DSK_AUTOTUNE_CACHE=off "$bin" bench "${w[0]}" --device cuda:0 "${w[@]:1}"
+        done
+      done
+    }
+    ops=${DSK_QAB_CHECK:-moe indexer}
+    bench_round 1
+    for op in $ops; do step "check_${op}_b0" 90 "$b0" check --device cuda:0 --only "$op" --quick; done
+    for op in $ops; do step "check_${op}_b0_sm120" 90 env DSK_TEST_AS_SM120=1 "$b0" check --device cuda:0 --only "$op" --quick; done
+    for op in $ops; do step "check_${op}_b1" 90 "$b1" check --device cuda:0 --only "$op" --quick; done
+    bench_round 2
+    for op in $ops; do
+      step "memcheck_${op}_b0" 150 compute-sanitizer --tool memcheck --error-exitcode 9 "$b0" check --device cuda:0 --only "$op" --quick
+      step "racecheck_${op}_b0" 150 compute-sanitizer --tool racecheck --error-exitcode 9 "$b0" check --device cuda:0 --only "$op" --quick
+    done
+    cat "$log/progress.txt" ;;
+  *)
+    echo "usage: DSK_AB_FLAGS=... $0 prep   |   DSK_QAB_DEADLINE=S $0 run" >&2
+    exit 2 ;;
+esac
