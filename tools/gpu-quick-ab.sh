@@ -13,17 +13,20 @@
 #           DSK_QAB_DEADLINE=300 tools/gpu-quick-ab.sh run
 #
 # `run` packs its logs into $OUT/qab.tgz (OUT default /tmp/dsk-qab) after
-# every step and keeps the step list in $OUT/progress.txt. Order: round 1 of the benchmarks (b0, b1
-# alternated), `dsk check --quick` of b0 for each op in DSK_QAB_CHECK on
-# cuda-sm90, then on DSK_TEST_AS_SM120=1, then b1's checks, round 2 of the
-# benchmarks, then memcheck and racecheck of b0. A step starts only if the
-# time it may take (its timeout) fits before the deadline.
+# every step and keeps the step list in $OUT/progress.txt. Order: round 1
+# of the benchmarks (b0, b1 alternated), `dsk check --quick` of b0 for each
+# op in DSK_QAB_CHECK on cuda-sm90, then on DSK_TEST_AS_SM120=1, then b1's
+# checks, round 2 of the benchmarks, memcheck and racecheck of b0, then
+# Nsight Compute (DSK_QAB_NCU). A step starts only if the time it may take
+# (its timeout) fits before the deadline.
 #   DSK_QAB_BENCH  `dsk bench` argument sets separated by '|', each the
 #                  bench's name and its arguments (default: "moe --model
 #                  dsv4-flash --t 4096 --op fc1|...": the MoE FC1 / FC2 of
 #                  DSv4-Flash at T 4096, GLM-5.1 FC1, the indexer logits at
 #                  128K, T 64)
 #   DSK_QAB_CHECK  ops for `dsk check --only` (default: moe indexer)
+#   DSK_QAB_NCU    "REGEX@SET" entries: ncu of the kernels matching REGEX in
+#                  bench set SET (default: the prefill GEMM on FC1 and FC2)
 set -uo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 cmd=${1:-}
@@ -96,6 +99,18 @@ case $cmd in
     for op in $ops; do
       step "memcheck_${op}_b0" 150 compute-sanitizer --tool memcheck --error-exitcode 9 "$b0" check --device cuda:0 --only "$op" --quick
       step "racecheck_${op}_b0" 150 compute-sanitizer --tool racecheck --error-exitcode 9 "$b0" check --device cuda:0 --only "$op" --quick
+    done
+    # then Nsight Compute of each DSK_QAB_NCU kernel regex on its bench set
+    # (entries "REGEX@SET", SET an index into DSK_QAB_BENCH; default: the
+    # prefill GEMM on FC1 and on FC2), both binaries
+    for e in ${DSK_QAB_NCU:-moe_gemm_prefill_kernel@0 moe_gemm_prefill_kernel@1}; do
+      read -ra w <<< "${sets[${e#*@}]}"
+      for b in 0 1; do
+        bin=$b0
+        [ $b = 1 ] && bin=$b1
+        step "ncu_${e#*@}_b$b" 150 env DSK_AUTOTUNE=0 DSK_AUTOTUNE_CACHE=off ncu --clock-control none --set full \
+          -k "regex:${e%@*}" -c 1 "$bin" bench "${w[0]}" --device cuda:0 "${w[@]:1}" --reps 1
+      done
     done
     cat "$log/progress.txt" ;;
   *)

@@ -71,14 +71,16 @@ for what in "${@:-all}"; do
         --only moe ;;&
     ncu-prefill)
       # not part of `all`: Nsight Compute (full set, clocks left alone) of
-      # the routed FC1 GEMM of DSv4-Flash at T 4096 (the prefill kernel, or
-      # the tiled one), in the default build and, when they exist, "$B-ab"
-      # and "$B-v19"
+      # the routed FC1 and FC2 GEMMs of DSv4-Flash at T 4096 (the prefill
+      # kernel, or the tiled one), in the default build and, when they
+      # exist, "$B-ab" and "$B-v19"
       for bd in "$B" "$B-ab" "$B-v19"; do
         [ -x "$bd/dsk" ] || continue
-        run "ncu_prefill_fc1_${bd##*-}" env DSK_AUTOTUNE=0 DSK_AUTOTUNE_CACHE=off ncu --clock-control none --set full \
-          -k 'regex:moe_gemm_(prefill_)?kernel' -c 1 "$bd/dsk" bench moe --device cuda:0 --model dsv4-flash --t 4096 \
-          --op fc1 --reps 1
+        for op in fc1 fc2; do
+          run "ncu_prefill_${op}_${bd##*-}" env DSK_AUTOTUNE=0 DSK_AUTOTUNE_CACHE=off ncu --clock-control none --set full \
+            -k 'regex:moe_gemm_(prefill_)?kernel' -c 1 "$bd/dsk" bench moe --device cuda:0 --model dsv4-flash --t 4096 \
+            --op $op --reps 1
+        done
       done ;;&
     demo|all)
       run demo "$B/dsk" demo --device cuda:0 ;;&
