@@ -16,7 +16,7 @@
 # every step and keeps the step list in $OUT/progress.txt. Order: round 1
 # of the benchmarks (b0, b1 alternated), `dsk check --quick` of b0 for each
 # op in DSK_QAB_CHECK on cuda-sm90, then on DSK_TEST_AS_SM120=1, then b1's
-# checks, round 2 of the benchmarks, memcheck and racecheck of b0, then
+# checks and `dsk demo`, round 2 of the benchmarks, memcheck and racecheck of b0, then
 # Nsight Compute (DSK_QAB_NCU). A step starts only if the time it may take
 # (its timeout) fits before the deadline.
 #   DSK_QAB_BENCH  `dsk bench` argument sets separated by '|', each the
@@ -25,6 +25,7 @@
 #                  DSv4-Flash at T 4096, GLM-5.1 FC1, the indexer logits at
 #                  128K, T 64)
 #   DSK_QAB_CHECK  ops for `dsk check --only` (default: moe indexer)
+#   DSK_QAB_DEMO   empty: skip `dsk demo` of b1 (run after the checks)
 #   DSK_QAB_NCU    "REGEX@SET" entries: ncu of the kernels matching REGEX in
 #                  bench set SET (default: the prefill GEMM on FC1 and FC2)
 set -uo pipefail
@@ -95,6 +96,8 @@ case $cmd in
     for op in $ops; do step "check_${op}_b0" 90 "$b0" check --device cuda:0 --only "$op" --quick; done
     for op in $ops; do step "check_${op}_b0_sm120" 90 env DSK_TEST_AS_SM120=1 "$b0" check --device cuda:0 --only "$op" --quick; done
     for op in $ops; do step "check_${op}_b1" 90 "$b1" check --device cuda:0 --only "$op" --quick; done
+    # the default build's `dsk demo` (every row checked against the cpu-ref)
+    [ -n "${DSK_QAB_DEMO-1}" ] && step demo_b1 150 "$b1" demo --device cuda:0
     bench_round 2
     for op in $ops; do
       step "memcheck_${op}_b0" 150 compute-sanitizer --tool memcheck --error-exitcode 9 "$b0" check --device cuda:0 --only "$op" --quick
