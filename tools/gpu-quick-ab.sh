@@ -15,9 +15,9 @@
 # `run` packs its logs into $OUT/qab.tgz (OUT default /tmp/dsk-qab) after
 # every step and keeps the step list in $OUT/progress.txt. Order: round 1
 # of the benchmarks (b0, b1 alternated), `dsk check --quick` of b0 for each
-# op in DSK_QAB_CHECK on cuda-sm90, then on DSK_TEST_AS_SM120=1, then b1's
-# checks and `dsk demo`, round 2 of the benchmarks, memcheck and racecheck of b0, then
-# Nsight Compute (DSK_QAB_NCU). A step starts only if the time it may take
+# op in DSK_QAB_CHECK on cuda-sm90, then on DSK_TEST_AS_SM120=1, memcheck
+# and racecheck of b0, b1's checks and `dsk demo`, round 2 of the
+# benchmarks, then Nsight Compute (DSK_QAB_NCU). A step starts only if the time it may take
 # (its timeout) fits before the deadline.
 #   DSK_QAB_BENCH  `dsk bench` argument sets separated by '|', each the
 #                  bench's name and its arguments (default: "moe --model
@@ -95,14 +95,16 @@ case $cmd in
     bench_round 1
     for op in $ops; do step "check_${op}_b0" 90 "$b0" check --device cuda:0 --only "$op" --quick; done
     for op in $ops; do step "check_${op}_b0_sm120" 90 env DSK_TEST_AS_SM120=1 "$b0" check --device cuda:0 --only "$op" --quick; done
+    # the variant's kernels under compute-sanitizer before anything of b1:
+    # a default flips only with these clean
+    for op in $ops; do
+      step "memcheck_${op}_b0" 120 compute-sanitizer --tool memcheck --error-exitcode 9 "$b0" check --device cuda:0 --only "$op" --quick
+      step "racecheck_${op}_b0" 120 compute-sanitizer --tool racecheck --error-exitcode 9 "$b0" check --device cuda:0 --only "$op" --quick
+    done
     for op in $ops; do step "check_${op}_b1" 90 "$b1" check --device cuda:0 --only "$op" --quick; done
     # the default build's `dsk demo` (every row checked against the cpu-ref)
     [ -n "${DSK_QAB_DEMO-1}" ] && step demo_b1 150 "$b1" demo --device cuda:0
     bench_round 2
-    for op in $ops; do
-      step "memcheck_${op}_b0" 150 compute-sanitizer --tool memcheck --error-exitcode 9 "$b0" check --device cuda:0 --only "$op" --quick
-      step "racecheck_${op}_b0" 150 compute-sanitizer --tool racecheck --error-exitcode 9 "$b0" check --device cuda:0 --only "$op" --quick
-    done
     # then Nsight Compute of each DSK_QAB_NCU kernel regex on its bench set
     # (entries "REGEX@SET", SET an index into DSK_QAB_BENCH; default: the
     # prefill GEMM on FC1 and on FC2), both binaries
