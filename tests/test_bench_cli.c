@@ -3,7 +3,8 @@
  * succeeds, prints its comment lines, the CSV header and one row per (case,
  * op) with the header's column count. Timing is never asserted. The
  * context comes from DSK_TEST_DEVICE (default the CPU). Also: filters that
- * select nothing print the header only, unknown op names fail. And the
+ * select no case return DSK_BENCH_NO_CASE and write nothing (`dsk bench`
+ * exits 2), unknown op names fail. And the
  * benches' repeated-normal fill at the sizes around its period (an exact
  * -size buffer, so ASan catches any write past the end). */
 #include <stdio.h>
@@ -92,7 +93,30 @@ static void test_mhc(dsk_ctx *ctx) {
   o.only_T = 3;
   rc = dsk_bench_mhc(ctx, &o, f);
   s = scan(f, "model,D,T,S,op,");
-  TU_CHECK(&counts, rc == 0 && s.rows == 0 && s.header == 1, "mhc empty: rc %d, %d rows", rc, s.rows);
+  TU_CHECK(&counts, rc == DSK_BENCH_NO_CASE && s.rows == 0 && s.header == 0 && s.comments == 0,
+           "mhc T 3: rc %d (want %d), %d rows, %d header, %d comments", rc, DSK_BENCH_NO_CASE, s.rows, s.header,
+           s.comments);
+  /* a stream row above T 64, and a pinned S above both models' S_max: no case either */
+  fclose(f);
+  f = tmpfile();
+  if (!f) return;
+  o.only_T = 256;
+  o.op = "prenorm+pre+post/stream16";
+  o.quick = 0;
+  rc = dsk_bench_mhc(ctx, &o, f);
+  TU_CHECK(&counts, rc == DSK_BENCH_NO_CASE, "mhc stream row at T 256: rc %d (want %d)", rc, DSK_BENCH_NO_CASE);
+  o.only_T = 0;
+  o.op = NULL;
+  o.model = NULL;
+  o.fixed_splits = 1000;
+  rc = dsk_bench_mhc(ctx, &o, f);
+  s = scan(f, "model,D,T,S,op,");
+  TU_CHECK(&counts, rc == DSK_BENCH_NO_CASE && s.rows == 0 && s.header == 0,
+           "mhc --splits 1000: rc %d (want %d), %d rows", rc, DSK_BENCH_NO_CASE, s.rows);
+  o.quick = 1;
+  o.model = "pro";
+  o.fixed_splits = 1;
+  o.op = "post";
   /* the stream row alone */
   fclose(f);
   f = tmpfile();
@@ -160,7 +184,13 @@ static void test_indexer(dsk_ctx *ctx) {
   o.model = "no-such-model";
   rc = dsk_bench_indexer(ctx, &o, f);
   s = scan(f, "model,ratio,H,K,");
-  TU_CHECK(&counts, rc == 0 && s.rows == 0 && s.header == 1, "indexer empty: rc %d, %d rows", rc, s.rows);
+  TU_CHECK(&counts, rc == DSK_BENCH_NO_CASE && s.rows == 0 && s.header == 0 && s.comments == 0,
+           "indexer no model: rc %d (want %d), %d rows, %d header", rc, DSK_BENCH_NO_CASE, s.rows, s.header);
+  o.model = NULL;
+  o.only_ctx = 5000;
+  rc = dsk_bench_indexer(ctx, &o, f);
+  TU_CHECK(&counts, rc == DSK_BENCH_NO_CASE, "indexer context 5000: rc %d (want %d)", rc, DSK_BENCH_NO_CASE);
+  o.only_ctx = 0;
   o.model = NULL;
   o.op = "softmax";
   rc = dsk_bench_indexer(ctx, &o, f);
@@ -203,7 +233,8 @@ static void test_moe(dsk_ctx *ctx) {
   o.only_T = 3;
   rc = dsk_bench_moe(ctx, &o, f);
   s = scan(f, "model,H,I,E,topk,T,op,");
-  TU_CHECK(&counts, rc == 0 && s.rows == 0 && s.header == 1, "moe empty: rc %d, %d rows", rc, s.rows);
+  TU_CHECK(&counts, rc == DSK_BENCH_NO_CASE && s.rows == 0 && s.header == 0 && s.comments == 0,
+           "moe T 3: rc %d (want %d), %d rows, %d header", rc, DSK_BENCH_NO_CASE, s.rows, s.header);
   o.only_T = 0;
   o.op = "softmax";
   rc = dsk_bench_moe(ctx, &o, f);
@@ -257,6 +288,20 @@ static void test_sparse_mla(dsk_ctx *ctx) {
   TU_CHECK(&counts, with_stream == 9, "sparse-mla: %d rows of T <= 16 with a stream time (expected 9)", with_stream);
   printf("bench sparse-mla quick: %d rows in %.1f s\n", rows, (tu_now_us() - t0) * 1e-6);
   fclose(f);
+  /* filters that select no case: H 7; the 32-head kernel forced on H 8; T 5 */
+  const int only_H[3] = {7, 8, 0}, hpc[3] = {0, 32, 0}, only_T[3] = {0, 0, 5};
+  for (int i = 0; i < 3; i++) {
+    f = tmpfile();
+    if (!f) return;
+    o.only_H = only_H[i];
+    o.hpc = hpc[i];
+    o.only_T = only_T[i];
+    rc = dsk_bench_sparse_mla(ctx, &o, f);
+    const long written = ftell(f);
+    TU_CHECK(&counts, rc == DSK_BENCH_NO_CASE && written == 0, "sparse-mla H %d hpc %d T %d: rc %d (want %d), %ld bytes",
+             only_H[i], hpc[i], only_T[i], rc, DSK_BENCH_NO_CASE, written);
+    fclose(f);
+  }
 }
 
 /* tu_fill_bf16_normal_rep: n values, a block of min(n, 2^20 + 13) normals

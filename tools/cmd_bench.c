@@ -2,7 +2,8 @@
  * the model shapes, with the device copy bandwidth measured in the same run
  * (tests/harness/bench_mla.c, bench_mhc.c, bench_indexer.c, bench_moe.c).
  * Benchmarks are never assertions: the exit status only says whether every
- * case ran. */
+ * case ran (0), a case failed to run (1), or the options were wrong (2),
+ * filters that select no case included. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,7 +23,10 @@ static const char *const k_usage =
     "Each prints CSV rows (lines starting with '#' are comments: device, copy\n"
     "bandwidth, method). Common options: --device D, --backend B, --reps N,\n"
     "--warm, --quick, --seed N, --model NAME, --max-t N, --t N.\n"
-    "`dsk bench <benchmark> --help` gives the options and columns of each.\n";
+    "`dsk bench <benchmark> --help` gives the options and columns of each.\n"
+    "\n"
+    "Exit status: 0 every selected case ran, 1 a case could not run (the reason\n"
+    "on stderr), 2 usage error, also when the filters select no case.\n";
 
 static const char *const k_usage_mla =
     "usage: dsk bench sparse-mla [--device D] [--backend B] [--reps N] [--warm]\n"
@@ -389,5 +393,6 @@ int dsk_cmd_bench(int argc, char **argv) {
     rc = dsk_bench_indexer(ctx, &o, stdout);
   }
   dsk_ctx_destroy(ctx);
+  if (rc == DSK_BENCH_NO_CASE) return DSK_CLI_EXIT_USAGE;
   return rc ? DSK_CLI_EXIT_FAIL : DSK_CLI_EXIT_OK;
 }

@@ -186,6 +186,10 @@ int dsk_bench_indexer(dsk_ctx *ctx, const dsk_bench_indexer_opts *o, FILE *out) 
   int64_t num_pages = pool_bytes / stride;
   if (num_pages < (need_entries + IDX_PBS - 1) / IDX_PBS + 1) num_pages = (need_entries + IDX_PBS - 1) / IDX_PBS + 1;
 
+  if (!need_entries)
+    return dsk__bench_no_case("indexer", o->quick ? "models dsv4-flash, dsv3.2, glm-5.1; context 4096; T 1, 4 (--quick)"
+                                                  : "models dsv4-flash, dsv3.2, glm-5.1; contexts 4096, 32768, 131072; "
+                                                    "T 1, 16, 64");
   double copy_gbps = 0;
   if (dsk__bench_preamble(ctx, &info, "indexer", o->quick, o->warm, out, &copy_gbps) != 0) return 1;
   fprintf(out, "# key pool %lld MiB (IDXK132, 64 entries/page, random page order); %d query row%s per request, each "
@@ -194,7 +198,6 @@ int dsk_bench_indexer(dsk_ctx *ctx, const dsk_bench_indexer_opts *o, FILE *out) 
           (long long)((num_pages * stride) >> 20), per_req, per_req == 1 ? "" : "s");
   fprintf(out, "model,ratio,H,K,context,entries,T,reqs,op,median_us,gbps,pct_copy_bw,tflops,bytes,goal\n");
   fflush(out);
-  if (!need_entries) return 0;
 
   void *pool = NULL;
   if (dsk_mem_alloc(ctx, &pool, (size_t)(num_pages * stride))) {

@@ -396,6 +396,24 @@ int dsk_bench_mhc(dsk_ctx *ctx, const dsk_bench_mhc_opts *o, FILE *out) {
       return 1;
     }
   }
+  /* a stream op runs at T <= kStreamMaxT only; --splits above a model's S_max skips the model */
+  const int stream_only = op_only == OP_STREAM || op_only == OP_FSTREAM;
+  int any = 0;
+  for (size_t mi = 0; mi < sizeof k_models / sizeof k_models[0]; mi++) {
+    if (o->model && !strstr(k_models[mi].model, o->model)) continue;
+    if (o->fixed_splits > dsk_mhc_max_splits(4 * k_models[mi].D)) continue;
+    for (int ti = 0; ti < nT; ti++) {
+      const int T = Ts[ti];
+      any |= !(o->max_T && T > o->max_T) && !(o->only_T && T != o->only_T) && !(stream_only && T > kStreamMaxT);
+    }
+  }
+  if (!any) {
+    char have[256];
+    snprintf(have, sizeof have, "models dsv4-flash (S_max %lld), dsv4-pro (S_max %lld); T %s; stream rows at T <= %d",
+             (long long)dsk_mhc_max_splits(4 * 4096), (long long)dsk_mhc_max_splits(4 * 7168),
+             o->quick ? "1, 4 (--quick)" : "1, 4, 16, 64, 256, 1024, 4096", kStreamMaxT);
+    return dsk__bench_no_case("mhc", have);
+  }
   double copy_gbps = 0;
   if (dsk__bench_preamble(ctx, &info, "mhc", o->quick, o->warm, out, &copy_gbps) != 0) return 1;
   fprintf(out, "# bytes per spec/mhc.md §5: fn 24*nD*4 + T*nD*2 per read of R + outputs (y, post, C, R'); partials not "

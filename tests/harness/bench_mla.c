@@ -212,7 +212,20 @@ static int64_t distinct_pairs(const int32_t *s0, const int32_t *s1, int T, int w
   return u;
 }
 
+/* Whether the filters of o select (case, T). */
+static int mla_selected(const dsk_bench_mla_opts *o, const mla_case *mc, int T) {
+  if (o->model && !strstr(mc->model, o->model)) return 0;
+  if ((o->max_T && T > o->max_T) || (o->only_T && T != o->only_T) || (o->only_H && mc->H != o->only_H)) return 0;
+  return !(o->hpc == 32 && mc->H <= 16); /* the 32-head kernel needs H > 16 */
+}
+
 int dsk_bench_sparse_mla(dsk_ctx *ctx, const dsk_bench_mla_opts *o, FILE *out) {
+  int any = 0;
+  for (size_t ci = 0; ci < sizeof k_cases / sizeof k_cases[0]; ci++)
+    for (size_t ti = 0; ti < sizeof k_T / sizeof k_T[0]; ti++) any |= mla_selected(o, &k_cases[ci], k_T[ti]);
+  if (!any)
+    return dsk__bench_no_case("sparse-mla", "models dsv4-flash (H 64, 32, 16, 8), dsv4-pro (H 128, 64), glm-5.1 (H 64), "
+                              "dsv3.2 (H 128); T 1, 4, 16, 64, 128, 256; --hpc 32 skips H <= 16");
   dsk_ctx_info info;
   memset(&info, 0, sizeof info);
   info.struct_size = sizeof info;
@@ -235,6 +248,11 @@ int dsk_bench_sparse_mla(dsk_ctx *ctx, const dsk_bench_mla_opts *o, FILE *out) {
   int rc = 0;
   for (int fi = 0; fi < 2 && !rc; fi++) {
     const dsk_kv_format fmt = fi == 0 ? DSK_KV_FORMAT_B584 : DSK_KV_FORMAT_A656;
+    int fmt_any = 0; /* no pool for a format none of whose cases is selected */
+    for (size_t ci = 0; ci < sizeof k_cases / sizeof k_cases[0]; ci++)
+      for (size_t ti = 0; ti < sizeof k_T / sizeof k_T[0]; ti++)
+        fmt_any |= k_cases[ci].fmt == fmt && mla_selected(o, &k_cases[ci], k_T[ti]);
+    if (!fmt_any) continue;
     const int64_t stride64 = (dsk_kv_canonical_page_stride(fmt, 64) + 15) / 16 * 16;
     dsk_kv_cache c64 = {NULL, 64, stride64, pool_bytes / stride64};
     void *pool = NULL;
@@ -255,12 +273,9 @@ int dsk_bench_sparse_mla(dsk_ctx *ctx, const dsk_bench_mla_opts *o, FILE *out) {
     for (size_t ci = 0; ci < sizeof k_cases / sizeof k_cases[0] && !rc; ci++) {
       const mla_case *mc = &k_cases[ci];
       if (mc->fmt != fmt) continue;
-      if (o->model && !strstr(mc->model, o->model)) continue;
       for (size_t ti = 0; ti < sizeof k_T / sizeof k_T[0] && !rc; ti++) {
         const int T = k_T[ti];
-        if (o->max_T && T > o->max_T) continue;
-        if ((o->only_T && T != o->only_T) || (o->only_H && mc->H != o->only_H)) continue;
-        if (o->hpc == 32 && mc->H <= 16) continue; /* the 32-head kernel needs H > 16 */
+        if (!mla_selected(o, mc, T)) continue;
         const int H = mc->H, dqk = (int)dsk_kv_dim(fmt), nseg = mc->w1 ? 2 : 1;
         const dsk_kv_cache *cache1 = mc->pbs1 == 2 ? &c2 : &c64;
         int32_t *s0 = malloc(sizeof(int32_t) * T * mc->w0), *s1 = malloc(sizeof(int32_t) * T * (mc->w1 ? mc->w1 : 1));

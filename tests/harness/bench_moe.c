@@ -533,6 +533,14 @@ int dsk_bench_moe(dsk_ctx *ctx, const dsk_bench_moe_opts *o, FILE *out) {
       return 1;
     }
   }
+  int any = 0;
+  for (int mi = 0; mi < nmodels; mi++) {
+    if (o->model && !strstr(models[mi].name, o->model)) continue;
+    for (int ti = 0; ti < nT; ti++) any |= !(o->max_T && Ts[ti] > o->max_T) && !(o->only_T && Ts[ti] != o->only_T);
+  }
+  if (!any)
+    return dsk__bench_no_case("moe", o->quick ? "models dsv4-flash, dsv4-pro, glm-5.1; T 1, 16 (--quick)"
+                                              : "models dsv4-flash, dsv4-pro, glm-5.1; T 1, 16, 128, 4096");
   double copy_gbps = 0;
   if (dsk__bench_preamble(ctx, &info, "moe", o->quick, o->warm, out, &copy_gbps) != 0) return 1;
   fprintf(out, "# %s shapes; experts generated in process and prepared by dsk_moe_prepare_weights (%s); worst-case M_sum "

@@ -14,6 +14,11 @@ int dsk_check_run(dsk_ctx *ctx, const dsk_check_opts *o, tu_counts *c) {
   return rc;
 }
 
+int dsk__bench_no_case(const char *bench, const char *have) {
+  fprintf(stderr, "dsk bench %s: no case matches the filters; the bench has %s\n", bench, have);
+  return DSK_BENCH_NO_CASE;
+}
+
 int dsk__bench_preamble(dsk_ctx *ctx, const dsk_ctx_info *info, const char *bench, int small_copy, int warm,
                         FILE *out, double *copy_gbps) {
   const size_t copy_bytes = info->is_cuda ? ((size_t)1 << 30) : small_copy ? ((size_t)32 << 20) : ((size_t)256 << 20);

@@ -79,7 +79,9 @@ typedef struct dsk_demo_opts {
 } dsk_demo_opts;
 int dsk_demo_run(dsk_ctx *ctx, const dsk_demo_opts *o, FILE *out);
 
-/* `dsk bench sparse-mla` (bench_mla.c): one CSV row per (case, T). */
+/* `dsk bench sparse-mla` (bench_mla.c): one CSV row per (case, T). Returns
+ * 0 if every case ran, DSK_BENCH_NO_CASE if the filters select none (below),
+ * else 1. */
 typedef struct dsk_bench_mla_opts {
   int reps;            /* samples per case (median); 0 = 20 */
   int warm;            /* 1 = no L2 flush between samples */
@@ -98,7 +100,8 @@ int dsk_bench_sparse_mla(dsk_ctx *ctx, const dsk_bench_mla_opts *o, FILE *out);
  * at T 1, 4, 16, 64, 256, 1024, 4096; per (model, T) one CSV row for
  * prenorm + pre + post as one timed callable, then prenorm, pre, pre+norm,
  * post and head alone. GB/s over the bytes of spec/mhc.md §5, % of the
- * copy bandwidth measured in the same run. Returns 0 if every case ran. */
+ * copy bandwidth measured in the same run. Returns 0 if every case ran,
+ * DSK_BENCH_NO_CASE if the filters select none (below), else 1. */
 typedef struct dsk_bench_mhc_opts {
   int reps;             /* samples per case (median); 0 = 20 */
   int warm;             /* 1 = no L2 flush between samples */
@@ -118,7 +121,8 @@ int dsk_bench_mhc(dsk_ctx *ctx, const dsk_bench_mhc_opts *o, FILE *out);
  * 32 heads, K 2048) at contexts 4K, 32K, 128K tokens and T 1, 16, 64 query
  * rows (per_req rows per request; each request has the full context). One
  * CSV row per (case, op); GB/s over the distinct key bytes read (logits,
- * fused) or the scores read (top-k). Returns 0 if every case ran. */
+ * fused) or the scores read (top-k). Returns 0 if every case ran,
+ * DSK_BENCH_NO_CASE if the filters select none (below), else 1. */
 typedef struct dsk_bench_indexer_opts {
   int reps;            /* samples per case (median); 0 = 20 */
   int warm;            /* 1 = no L2 flush between samples */
@@ -134,7 +138,9 @@ typedef struct dsk_bench_indexer_opts {
 int dsk_bench_indexer(dsk_ctx *ctx, const dsk_bench_indexer_opts *o, FILE *out);
 
 /* `dsk bench moe` (bench_moe.c): one MoE layer (dsk_moe_run) of DSv4-Flash,
- * DSv4-Pro and GLM-5.1 and each of its ops alone; CSV to `out`. */
+ * DSv4-Pro and GLM-5.1 and each of its ops alone; CSV to `out`. Returns 0
+ * if every case ran, DSK_BENCH_NO_CASE if the filters select none (below),
+ * else 1. */
 typedef struct dsk_bench_moe_opts {
   int reps;          /* samples per row (median); 0 = 20 */
   int warm;          /* 1 = no L2 flush between samples */
@@ -146,6 +152,14 @@ typedef struct dsk_bench_moe_opts {
   uint64_t seed;
 } dsk_bench_moe_opts;
 int dsk_bench_moe(dsk_ctx *ctx, const dsk_bench_moe_opts *o, FILE *out);
+
+/* What a dsk_bench_* function returns when its filters (model, T, H,
+ * context, op, split count) select no case: nothing is written to `out`,
+ * and stderr says which values the bench has (dsk__bench_no_case). `dsk
+ * bench` turns it into a usage error (exit 2), so a mistyped filter is not
+ * mistaken for a run with no rows. */
+#define DSK_BENCH_NO_CASE 2
+int dsk__bench_no_case(const char *bench, const char *have);
 
 /* The start every `dsk bench` shares: measures the copy bandwidth in this
  * run (1 GiB on CUDA; on the CPU 256 MiB, or 32 MiB with small_copy) and
