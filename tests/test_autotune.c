@@ -750,6 +750,37 @@ static void test_locations(void) {
            "bad DSK_AUTOTUNE_CACHE: default rw, one warning (%d)", g_warns);
   dsk_ctx_destroy(c);
   unsetenv("DSK_AUTOTUNE_CACHE");
+  /* a location where mkdir fails although access() allows it (root in
+   * procfs): the context's probe folder finds out, so the cache is not
+   * announced as writable */
+  struct stat pst;
+  if (stat("/proc/self", &pst) == 0) {
+    g_warns = 0;
+    c = ctx_in("/proc/dsk-no-such-folder");
+    s = stats_of(c);
+    TU_CHECK(&counts, s.cache_mode != DSK_AUTOTUNE_CACHE_RW && g_warns == 1,
+             "cache under /proc: mode %d (must not be rw), %d warnings", s.cache_mode, g_warns);
+    dsk_ctx_destroy(c);
+  }
+  /* a location that goes bad after the context checked it (a file where its
+   * folder would be created): dsk_warmup_run warns and keeps the entries,
+   * dsk_autotune_save returns the failure (`dsk tune` reports it) */
+  char late[320];
+  snprintf(late, sizeof late, "%s/late", dir);
+  g_warns = 0;
+  c = ctx_in(late);
+  s = stats_of(c);
+  TU_CHECK(&counts, s.cache_mode == DSK_AUTOTUNE_CACHE_RW && g_warns == 0, "late: rw at first (mode %d)", s.cache_mode);
+  spit(late, "x", 1);
+  TU_CHECK_OK(&counts, tune_tiny(c, NULL, 0, 0, NULL));
+  TU_CHECK(&counts, g_warns == 1 && strstr(g_last, "not saved") != NULL, "late: %d warnings (last: %s)", g_warns,
+           g_last);
+  const dsk_status sst = dsk_autotune_save(c);
+  TU_CHECK(&counts, sst == DSK_STATUS_IO && strstr(dsk_last_error(), late) != NULL, "late: save gave %s (%s)",
+           dsk_status_name(sst), dsk_last_error());
+  TU_CHECK(&counts, stats_of(c).entries == 8, "late: the entries stay in memory");
+  dsk_ctx_destroy(c);
+  unlink(late);
   if (old_home) setenv("HOME", old_home, 1);
   if (old_xdg) setenv("XDG_CACHE_HOME", old_xdg, 1);
   free(old_home);

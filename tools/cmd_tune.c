@@ -398,7 +398,15 @@ int dsk_cmd_tune(int argc, char **argv) {
           if (st != DSK_STATUS_OK) rc = dsk_cli_report("tune", "warmup", st);
           printf("dsk tune: %lld keys in %.2f s: %lld tuned, %lld cached, %lld pre-run, %lld skipped\n", (long long)n,
                  secs, (long long)rs.tuned, (long long)rs.cached, (long long)rs.prerun, (long long)rs.skipped);
-          if (s1.cache_mode == DSK_AUTOTUNE_CACHE_RW)
+          /* dsk_warmup_run saved already, but only warns when that fails: saving
+           * once more returns the failure, so this line never claims a file
+           * that is not there */
+          dsk_status ss = s1.cache_mode == DSK_AUTOTUNE_CACHE_RW && rs.tuned > 0 ? dsk_autotune_save(ctx) : DSK_STATUS_OK;
+          if (ss != DSK_STATUS_OK) {
+            fprintf(stderr, "dsk tune: the cache was NOT written to %s: %s; the %lld tuned entries are lost when this "
+                    "process ends\n", s1.cache_path, dsk_last_error(), (long long)rs.tuned);
+            rc = DSK_CLI_EXIT_FAIL;
+          } else if (s1.cache_mode == DSK_AUTOTUNE_CACHE_RW)
             printf("dsk tune: %lld entries written to %s (the context holds %lld)\n", (long long)rs.tuned,
                    s1.cache_path, (long long)s1.entries);
           else

@@ -130,17 +130,30 @@ static int mkdir_p(const char *path) {
   return (stat(tmp, &st) == 0 && S_ISDIR(st.st_mode)) ? 0 : -1;
 }
 
+/* 1 if a folder can be made in dir: a probe folder is created and removed
+ * again. access() alone is not enough: for root it says yes everywhere,
+ * also where mkdir then fails (procfs, read-only mounts). */
+static int can_mkdir_in(const char *dir) {
+  if (access(dir, W_OK | X_OK) != 0) return 0;
+  char probe[1300];
+  if (snprintf(probe, sizeof probe, "%s/.dsk-probe-XXXXXX", strcmp(dir, "/") == 0 ? "" : dir) >= (int)sizeof probe)
+    return 0;
+  if (!mkdtemp(probe)) return 0;
+  rmdir(probe);
+  return 1;
+}
+
 /* 1 if path is a writable folder, or could be created under the nearest
- * existing ancestor folder (which must be writable). */
+ * existing ancestor folder (in which a folder can be made). */
 static int creatable(const char *path) {
   char tmp[1200];
   if (snprintf(tmp, sizeof tmp, "%s", path) >= (int)sizeof tmp) return 0;
   for (;;) {
     struct stat st;
-    if (stat(tmp, &st) == 0) return S_ISDIR(st.st_mode) && access(tmp, W_OK | X_OK) == 0;
+    if (stat(tmp, &st) == 0) return S_ISDIR(st.st_mode) && can_mkdir_in(tmp);
     if (errno != ENOENT) return 0;
     char *slash = strrchr(tmp, '/');
-    if (!slash || slash == tmp) return access("/", W_OK | X_OK) == 0;
+    if (!slash || slash == tmp) return can_mkdir_in("/");
     *slash = 0;
   }
 }
@@ -918,9 +931,14 @@ dsk_status dsk_autotune_gc(dsk_ctx *ctx, int64_t *files_removed, int64_t *entrie
       long pid = strtol(tp + 10, NULL, 10);
       if (pid > 0 && kill((pid_t)pid, 0) != 0 && errno == ESRCH) del = 1;
     }
-    if (!del) continue;
     char path[1400];
     snprintf(path, sizeof path, "%s/%s", dir, n);
+    /* an empty probe folder of can_mkdir_in left by a process killed between its mkdir and rmdir */
+    if (strncmp(n, ".dsk-probe-", 11) == 0) {
+      if (rmdir(path) == 0) removed++;
+      continue;
+    }
+    if (!del) continue;
     if (unlink(path) == 0) removed++;
   }
   if (d) closedir(d);
