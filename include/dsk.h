@@ -90,11 +90,13 @@ DSK_API void dsk_log_set(dsk_log_fn fn, void *user);
 /* ------------------------------------------------------------------ context */
 typedef struct dsk_ctx dsk_ctx;
 
+#define DSK_MAX_CPU_THREADS 1024 /* largest dsk_ctx_opts.num_threads (CPU scratch is per thread) */
+
 typedef struct dsk_ctx_opts {
   size_t struct_size;
   const char *device;  /* "cpu", "cuda:N" or "auto"; NULL = "auto" */
   const char *backend; /* NULL: DSK_BACKEND, else automatic */
-  int num_threads;     /* CPU threads; 0: DSK_NUM_THREADS, else all cores */
+  int num_threads;     /* CPU threads, 0..DSK_MAX_CPU_THREADS; 0: DSK_NUM_THREADS, else all cores */
   int log_level;       /* -1: DSK_LOG_LEVEL, else DSK_LOG_WARN */
 } dsk_ctx_opts;
 

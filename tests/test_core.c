@@ -370,16 +370,49 @@ static void test_env(void) {
     dsk_ctx_destroy(ctx);
     ctx = NULL;
   }
-  /* a value that is not a number is ignored (all cores) */
-  setenv("DSK_NUM_THREADS", "many", 1);
+  /* a value that is not a number in 1..DSK_MAX_CPU_THREADS is ignored (all
+   * cores, at most DSK_MAX_CPU_THREADS; a warning, tested in test_logging):
+   * 100000 used to be taken, and sized CPU scratch for 100000 threads */
+  unsetenv("DSK_NUM_THREADS");
+  TU_CHECK_OK(&counts, make(&ctx, "cpu", NULL, -1));
+  int all_cores = 0;
+  if (ctx) {
+    info_of(ctx, &info);
+    all_cores = info.num_threads;
+    dsk_ctx_destroy(ctx);
+    ctx = NULL;
+  }
+  TU_CHECK(&counts, all_cores >= 1 && all_cores <= DSK_MAX_CPU_THREADS, "default threads %d", all_cores);
+  const char *bad_threads[] = {"many", "100000", "0", "-2", "3x", "1025"};
+  for (size_t i = 0; i < sizeof bad_threads / sizeof bad_threads[0]; i++) {
+    setenv("DSK_NUM_THREADS", bad_threads[i], 1);
+    TU_CHECK_OK(&counts, make(&ctx, "cpu", NULL, DSK_LOG_OFF));
+    if (ctx) {
+      info_of(ctx, &info);
+      TU_CHECK(&counts, info.num_threads == all_cores, "DSK_NUM_THREADS=%s: %d threads, want the default %d",
+               bad_threads[i], info.num_threads, all_cores);
+      dsk_ctx_destroy(ctx);
+      ctx = NULL;
+    }
+  }
+  setenv("DSK_NUM_THREADS", "1024", 1);
   TU_CHECK_OK(&counts, make(&ctx, "cpu", NULL, -1));
   if (ctx) {
     info_of(ctx, &info);
-    TU_CHECK(&counts, info.num_threads >= 1, "DSK_NUM_THREADS=many: %d", info.num_threads);
+    TU_CHECK(&counts, info.num_threads == 1024, "DSK_NUM_THREADS=1024: %d", info.num_threads);
     dsk_ctx_destroy(ctx);
     ctx = NULL;
   }
   unsetenv("DSK_NUM_THREADS");
+  /* the option: 0..DSK_MAX_CPU_THREADS */
+  o.num_threads = DSK_MAX_CPU_THREADS + 1;
+  st = dsk_ctx_create(&ctx, &o);
+  TU_CHECK(&counts, st == DSK_STATUS_INVALID_ARG && ctx == NULL && strstr(dsk_last_error(), "num_threads"),
+           "num_threads %d: %s (%s)", o.num_threads, dsk_status_name(st), dsk_last_error());
+  o.num_threads = -1;
+  st = dsk_ctx_create(&ctx, &o);
+  TU_CHECK(&counts, st == DSK_STATUS_INVALID_ARG && ctx == NULL, "num_threads -1: %s", dsk_status_name(st));
+  ctx = NULL;
 }
 
 static void test_logging(void) {
@@ -454,6 +487,16 @@ static void test_logging(void) {
   TU_CHECK(&counts, rec.n == 0, "%d messages at level OFF", rec.n);
   dsk_ctx_destroy(ctx);
   ctx = NULL;
+  /* values not understood: one warning naming both variables, defaults apply */
+  setenv("DSK_LOG_LEVEL", "loud", 1);
+  setenv("DSK_NUM_THREADS", "all", 1);
+  memset(&rec, 0, sizeof rec);
+  TU_CHECK_OK(&counts, make(&ctx, "cpu", NULL, -1));
+  TU_CHECK(&counts, count_msgs(&rec, DSK_LOG_WARN, "DSK_LOG_LEVEL DSK_NUM_THREADS") == 1 && rec.n == 1,
+           "bad DSK_LOG_LEVEL / DSK_NUM_THREADS: %d messages (%s)", rec.n, rec.n ? rec.msg[0] : "");
+  dsk_ctx_destroy(ctx);
+  ctx = NULL;
+  unsetenv("DSK_NUM_THREADS");
   /* DSK_LOG_LEVEL=0 turns the info line off */
   setenv("DSK_LOG_LEVEL", "0", 1);
   memset(&rec, 0, sizeof rec);

@@ -39,6 +39,7 @@ typedef struct dsk_env {
   int autotune_max_mb;       /* DSK_AUTOTUNE_MAX_MB: default 2048 */
   int autotune_require_hit;  /* DSK_AUTOTUNE_REQUIRE_HIT: 0 / 1 */
   char autotune_bad[160];    /* names of DSK_AUTOTUNE* variables whose value was not understood */
+  char bad[160];             /* the same for DSK_LOG_LEVEL / DSK_NUM_THREADS (dsk_ctx_create warns) */
 } dsk_env;
 
 struct dsk_ctx {

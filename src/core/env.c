@@ -42,14 +42,28 @@ static int parse_word(dsk_env *env, const char *name, const char *s, const char 
   return fallback;
 }
 
+/* An integer in [lo, hi] (DSK_LOG_LEVEL, DSK_NUM_THREADS), else fallback
+ * and the name noted in env->bad. DSK_LOG_LEVEL above 5 acts as 5 (the
+ * caller clamps), so its hi is the parser's range. */
+static int parse_ranged(dsk_env *env, const char *name, const char *s, int lo, int hi, int fallback) {
+  if (!s) return fallback;
+  char *end = NULL;
+  long v = strtol(s, &end, 10);
+  if (end != s && *end == 0 && v >= lo && v <= hi) return (int)v;
+  size_t used = strlen(env->bad);
+  if (used + strlen(name) + 2 < sizeof env->bad)
+    snprintf(env->bad + used, sizeof env->bad - used, "%s%s", used ? " " : "", name);
+  return fallback;
+}
+
 void dsk__env_read(dsk_env *env) {
   memset(env, 0, sizeof *env);
   const char *b = dsk__getenv("DSK_BACKEND");
   if (b) {
     strncpy(env->backend, b, sizeof env->backend - 1);
   }
-  env->log_level = parse_int(dsk__getenv("DSK_LOG_LEVEL"), -1);
-  env->num_threads = parse_int(dsk__getenv("DSK_NUM_THREADS"), 0);
+  env->log_level = parse_ranged(env, "DSK_LOG_LEVEL", dsk__getenv("DSK_LOG_LEVEL"), 0, 1000000, -1);
+  env->num_threads = parse_ranged(env, "DSK_NUM_THREADS", dsk__getenv("DSK_NUM_THREADS"), 1, DSK_MAX_CPU_THREADS, 0);
   env->test_as_sm120 = parse_int(dsk__getenv("DSK_TEST_AS_SM120"), 0) != 0;
 
   /* Autotune (spec/autotune.md §7). A value that is not understood keeps the

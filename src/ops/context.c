@@ -66,8 +66,9 @@ dsk_status dsk_ctx_create(dsk_ctx **out, const dsk_ctx_opts *opts_in) {
                        opts_in->struct_size, sizeof opts);
     opts = *opts_in;
   }
-  if (opts.num_threads < 0)
-    return dsk__fail(DSK_STATUS_INVALID_ARG, "dsk_ctx_create: num_threads %d < 0", opts.num_threads);
+  if (opts.num_threads < 0 || opts.num_threads > DSK_MAX_CPU_THREADS)
+    return dsk__fail(DSK_STATUS_INVALID_ARG, "dsk_ctx_create: num_threads %d is not 0..%d", opts.num_threads,
+                     DSK_MAX_CPU_THREADS);
   if (opts.log_level < -1 || opts.log_level > DSK_LOG_TRACE)
     return dsk__fail(DSK_STATUS_INVALID_ARG, "dsk_ctx_create: log_level %d is not -1..5", opts.log_level);
 
@@ -77,9 +78,11 @@ dsk_status dsk_ctx_create(dsk_ctx **out, const dsk_ctx_opts *opts_in) {
   ctx->log_level = opts.log_level >= 0 ? opts.log_level
                    : ctx->env.log_level >= 0 ? (ctx->env.log_level > 5 ? 5 : ctx->env.log_level)
                                              : DSK_LOG_WARN;
+  const int cores = dsk__cpu_count();
   ctx->num_threads = opts.num_threads > 0 ? opts.num_threads
                      : ctx->env.num_threads > 0 ? ctx->env.num_threads
-                                                : dsk__cpu_count();
+                     : cores < DSK_MAX_CPU_THREADS ? cores
+                                                   : DSK_MAX_CPU_THREADS;
 
   const char *forced = opts.backend;
   const char *forced_by = "the context option";
@@ -108,6 +111,12 @@ dsk_status dsk_ctx_create(dsk_ctx **out, const dsk_ctx_opts *opts_in) {
   if (st != DSK_STATUS_OK) {
     free(ctx);
     return st;
+  }
+  if (ctx->env.bad[0]) {
+    char key[200];
+    snprintf(key, sizeof key, "env:%s", ctx->env.bad);
+    dsk__warn_once(ctx, key, "ignoring %s: value not understood (DSK_LOG_LEVEL: an integer >= 0; DSK_NUM_THREADS: "
+                   "1..%d; docs/environment.md); defaults apply", ctx->env.bad, DSK_MAX_CPU_THREADS);
   }
   dsk__log(ctx, DSK_LOG_INFO, "backend %s on %s: %s", b->name, ctx->info.device_name, why);
   *out = ctx;
