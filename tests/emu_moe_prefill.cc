@@ -13,9 +13,11 @@
  * padding rows and stride gaps of D never written, and NaN scale bytes
  * (0xFF) making exactly their row (A) or column (B) NaN. Not races or speed
  * (compute-sanitizer and the benchmarks on a GPU). Built twice: as the
- * default build (emu_moe_prefill) and with DSK_MOE_PF_BCOOP=1
- * (emu_moe_prefill_bcoop: each K tile's B converted once per CTA into an
- * f16 tile read by ldmatrix), each also under the skewed schedule.
+ * default build (emu_moe_prefill, DSK_MOE_PF_BCOOP=2: MXFP4 weights
+ * converted once per CTA into an f16 tile read by ldmatrix, FP8 weights
+ * converted per warp) and with DSK_MOE_PF_BCOOP=3 (emu_moe_prefill_bcoop:
+ * the reverse), so every kernel form runs; each also under the skewed
+ * schedule.
  *
  * Data: e4m3 activations (padding rows NaN, which must not leak), random
  * e2m1 or finite e4m3 weights, UE8M0 scales in the case's ranges; D

@@ -26,8 +26,10 @@
 #                  128K, T 64)
 #   DSK_QAB_CHECK  ops for `dsk check --only` (default: moe indexer)
 #   DSK_QAB_DEMO   empty: skip `dsk demo` of b1 (run after the checks)
-#   DSK_QAB_NCU    "REGEX@SET" entries: ncu of the kernels matching REGEX in
-#                  bench set SET (default: the prefill GEMM on FC1 and FC2)
+#   DSK_QAB_SAN    empty: skip compute-sanitizer of b0
+#   DSK_QAB_NCU    "REGEX@SET[+N]" entries: ncu of the first kernel matching
+#                  REGEX in bench set SET after N such launches (default:
+#                  the prefill GEMM on FC1, and on FC2 with N 1)
 set -uo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 cmd=${1:-}
@@ -97,7 +99,7 @@ case $cmd in
     for op in $ops; do step "check_${op}_b0_sm120" 90 env DSK_TEST_AS_SM120=1 "$b0" check --device cuda:0 --only "$op" --quick; done
     # the variant's kernels under compute-sanitizer before anything of b1:
     # a default flips only with these clean
-    for op in $ops; do
+    [ -n "${DSK_QAB_SAN-1}" ] && for op in $ops; do
       step "memcheck_${op}_b0" 120 compute-sanitizer --tool memcheck --error-exitcode 9 "$b0" check --device cuda:0 --only "$op" --quick
       step "racecheck_${op}_b0" 120 compute-sanitizer --tool racecheck --error-exitcode 9 "$b0" check --device cuda:0 --only "$op" --quick
     done
@@ -108,13 +110,19 @@ case $cmd in
     # then Nsight Compute of each DSK_QAB_NCU kernel regex on its bench set
     # (entries "REGEX@SET", SET an index into DSK_QAB_BENCH; default: the
     # prefill GEMM on FC1 and on FC2), both binaries
-    for e in ${DSK_QAB_NCU:-moe_gemm_prefill_kernel@0 moe_gemm_prefill_kernel@1}; do
-      read -ra w <<< "${sets[${e#*@}]}"
+    # (an entry REGEX@SET+N skips the first N matching launches: the FC2
+    # bench runs the whole chain once before its timing, so its first
+    # prefill GEMM is the chain's FC1 and FC2 is the second)
+    for e in ${DSK_QAB_NCU:-moe_gemm_prefill_kernel@0 moe_gemm_prefill_kernel@1+1}; do
+      rx=${e%@*} at=${e#*@}
+      set_i=${at%+*} skip=0
+      [ "$at" != "$set_i" ] && skip=${at#*+}
+      read -ra w <<< "${sets[$set_i]}"
       for b in 0 1; do
         bin=$b0
         [ $b = 1 ] && bin=$b1
-        step "ncu_${e#*@}_b$b" 150 env DSK_AUTOTUNE=0 DSK_AUTOTUNE_CACHE=off ncu --clock-control none --set full \
-          -k "regex:${e%@*}" -c 1 "$bin" bench "${w[0]}" --device cuda:0 "${w[@]:1}" --reps 1
+        step "ncu_${set_i}_b$b" 150 env DSK_AUTOTUNE=0 DSK_AUTOTUNE_CACHE=off ncu --clock-control none --set full \
+          -k "regex:$rx" --launch-skip "$skip" -c 1 "$bin" bench "${w[0]}" --device cuda:0 "${w[@]:1}" --reps 1
       done
     done
     cat "$log/progress.txt" ;;

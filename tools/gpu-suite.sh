@@ -76,10 +76,14 @@ for what in "${@:-all}"; do
       # exist, "$B-ab" and "$B-v19"
       for bd in "$B" "$B-ab" "$B-v19"; do
         [ -x "$bd/dsk" ] || continue
+        # the fc2 bench runs the whole chain once first: its second routed
+        # GEMM launch is the chain's FC2
         for op in fc1 fc2; do
+          skip=0
+          [ $op = fc2 ] && skip=1
           run "ncu_prefill_${op}_${bd##*-}" env DSK_AUTOTUNE=0 DSK_AUTOTUNE_CACHE=off ncu --clock-control none --set full \
-            -k 'regex:moe_gemm_(prefill_)?kernel' -c 1 "$bd/dsk" bench moe --device cuda:0 --model dsv4-flash --t 4096 \
-            --op $op --reps 1
+            -k 'regex:moe_gemm_(prefill_)?kernel' --launch-skip $skip -c 1 "$bd/dsk" bench moe --device cuda:0 \
+            --model dsv4-flash --t 4096 --op $op --reps 1
         done
       done ;;&
     demo|all)

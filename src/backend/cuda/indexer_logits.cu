@@ -55,13 +55,14 @@ namespace {
 
 }  // namespace
 
-/* DSK_INDEXER_QSMEM (compile-time; default 0 until timed on a GPU: see
- * docs/indexer.md, "Left to do"): 1 = passes of more than 32 heads run
+/* DSK_INDEXER_QSMEM (compile-time; default 1 since Indexer v5 was timed on
+ * an H100 on 2026-12-07: V3.2 / DSv4-Flash logits at 128K, T 64, 0.70x /
+ * 0.77x; docs/benchmarks.md): 1 = passes of more than 32 heads run
  * indexer_logits_q_kernel (q in shared memory, 32 candidates per warp and
  * stage, two CTAs per SM); 0 = indexer_logits_kernel<8> for them (v4: q in
  * registers, one CTA per SM). */
 #ifndef DSK_INDEXER_QSMEM
-#define DSK_INDEXER_QSMEM 0
+#define DSK_INDEXER_QSMEM 1
 #endif
 
 /* ============================================================ host side */

@@ -82,8 +82,8 @@
 #define DSK_MOE_PF_INTERLEAVE 1
 #endif
 
-/* DSK_MOE_PF_BCOOP (compile-time; default 0 until timed on a GPU: see
- * docs/moe.md, "Not done"): at BLOCK_M 128 the CTA
+/* DSK_MOE_PF_BCOOP (compile-time; default 2, MoE v19, timed on an H100 on
+ * 2026-12-07: docs/benchmarks.md): at BLOCK_M 128 the CTA
  * converts each K tile's weights to f16 once, thread c column c (codes or
  * bytes, multiplier and all: the same bits), into an f16 tile of 32 KB
  * that the warps read by ldmatrix, instead of both warp rows converting
@@ -92,10 +92,12 @@
  * B, FP8 2 x 33,792 B, + 32,768 B: FP8 exactly SM120's 101,376 with the
  * maxima), and a K tile takes a second barrier (the f16 tile written).
  * 0 = every warp converts its own B fragments (v14..v18); 1 = both weight
- * formats convert once per CTA; 2 = MXFP4 weights only; 3 = FP8 weights
- * only (the kernels of 1, chosen per format). */
+ * formats convert once per CTA; 2 = MXFP4 weights only (the default:
+ * DSv4-Flash FC1 / FC2 at T 4096 0.92-0.93x, while GLM-5.1's FP8 FC1 came
+ * out 1.01-1.02x slower converting once per CTA); 3 = FP8 weights only
+ * (the kernels of 1, chosen per format). */
 #ifndef DSK_MOE_PF_BCOOP
-#define DSK_MOE_PF_BCOOP 0
+#define DSK_MOE_PF_BCOOP 2
 #endif
 
 template <int BM_, bool MX>
