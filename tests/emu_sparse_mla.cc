@@ -28,6 +28,7 @@ __attribute__((aligned(16))) uint8_t smem[160 * 1024];
 #include "backend/cuda/sparse_mla_k16.cuh"
 #include "backend/cuda/sparse_mla_k32.cuh"
 #include "backend/cuda/sparse_mla_k32f8.cuh"
+#include "backend/cuda/sparse_mla_k8.cuh"
 #include "backend/cuda/sparse_mla_combine.cuh"
 #include "backend/cuda/sparse_mla_plan.cuh"
 }  // namespace
@@ -228,7 +229,9 @@ Ran run_kernels(const Case &k, const dsk_sparse_mla_desc &d, int64_t sm_count) {
    * past lp.smem (e.g. the compact 4-warp layout) writes into it */
   const size_t guard = sizeof smem - (size_t)lp.smem < 4096 ? sizeof smem - (size_t)lp.smem : 4096;
   memset(smem + lp.smem, 0xA5, guard);
-  if (lp.fp8) {
+  if (lp.k8) {
+    emu::launch(gx, gy, k8Threads, smem, lp.smem, [&] { sparse_mla_k8_kernel<F>(p); });
+  } else if (lp.fp8) {
     emu::launch(gx, gy, DSK_MLA32_THREADS, smem, lp.smem, [&] { sparse_mla_k32f8_kernel<F, false>(p); });
   } else if (lp.rc) {
     emu::launch(gx, gy, DSK_MLA32_THREADS, smem, lp.smem, [&] { sparse_mla_k32f8_kernel<F, true>(p); });
@@ -255,7 +258,7 @@ Ran run_kernels(const Case &k, const dsk_sparse_mla_desc &d, int64_t sm_count) {
     else
       emu::launch(cg, 1, 128, smem, 0, [&] { sparse_mla_combine_batched_kernel<32>(p); });
   }
-  return Ran{p.splits, lp.wide ? DSK_MLA32_WARPS : lp.w8 ? DSK_MLA_WARPS8 : DSK_MLA_WARPS,
+  return Ran{p.splits, lp.k8 ? k8Warps : lp.wide ? DSK_MLA32_WARPS : lp.w8 ? DSK_MLA_WARPS8 : DSK_MLA_WARPS,
              p.splits > 1 ? lp.combine_batch : -1};
 }
 
@@ -422,6 +425,23 @@ int main() {
       {"A pbs 64 w 64 sink, H 64", A, 1, 64, 1, {{64, 64, 2, false}, {0, 0, 0, false}}, true, 1, 32, true, 1.0, false, false, true},
       {"B one segment pbs 64 w 33, H 17", B, 2, 17, 1, {{64, 33, 2, false}, {0, 0, 0, false}}, false, 2, 32, true, 1.0, false, false, true},
       {"A pbs 64 w 64 sink, H 64", A, 1, 64, 1, {{64, 64, 2, false}, {0, 0, 0, false}}, true, 1, 32, false, 1.0, false, true, true},
+      /* the 8-head kernel (candidates as the MMA rows, a warp per 16-candidate
+       * unit): both formats, one and two segments with lengths, H below, at
+       * and above 8 (several head groups, a partial last one), sinks, splits
+       * with the combine (cpb 1) and one split of many units a warp (cpb
+       * 10), Format A RAW and POW2 scales, the spec's q spreads, an all-zero
+       * latent tile, FAST (runs ACCURATE) */
+      {"B swa64x70 + c128a2x45, H 8", B, 3, 8, 2, {{64, 70, 3, true}, {2, 45, 40, false}}, true, 1, 8},
+      {"B swa64x70 + c128a2x45, H 8", B, 3, 8, 2, {{64, 70, 3, true}, {2, 45, 40, false}}, true, 3, 8},
+      {"B DSv4-Flash swa128 + c4a512, H 8", B, 2, 8, 2, {{64, 128, 4, false}, {64, 512, 12, false}}, true, 10, 8},
+      {"B DSv4-Flash swa128 + c4a512, H 16", B, 1, 16, 2, {{64, 128, 4, true}, {64, 512, 12, true}}, true, 1, 8, false, 2.0},
+      {"A pbs 24 w 150 lens, H 20", A, 2, 20, 1, {{24, 150, 12, true}, {0, 0, 0, false}}, false, 1, 8},
+      {"A pbs 24 w 150 lens, H 5", A, 2, 5, 1, {{24, 150, 12, true}, {0, 0, 0, false}}, true, 3, 8, false, 0.25, true},
+      {"A multi-wave pbs 24 w 150 lens, T 45, H 8", A, 45, 8, 1, {{24, 150, 12, true}, {0, 0, 0, false}}, true, 1, 8},
+      {"B multi-wave w 300, T 70, H 8", B, 70, 8, 1, {{64, 300, 6, true}, {0, 0, 0, false}}, true, 3, 8},
+      {"A top-2048 one split, H 3", A, 1, 3, 1, {{64, 2048, 40, false}, {0, 0, 0, false}}, false, 32, 8},
+      {"A pbs 64 w 64 sink, H 8", A, 1, 8, 1, {{64, 64, 2, false}, {0, 0, 0, false}}, true, 1, 8, false, 1.0, false, false, true},
+      {"B one segment pbs 64 w 33, H 1", B, 2, 1, 1, {{64, 33, 2, false}, {0, 0, 0, false}}, false, 2, 8, true, 1.0, false, false, true},
       /* FAST with 16 heads per CTA runs the ACCURATE 16-head kernel */
       {"A pbs 24 w 150 lens, H 20", A, 2, 20, 1, {{24, 150, 12, true}, {0, 0, 0, false}}, false, 3, 16, true},
   };

@@ -943,7 +943,7 @@ static void test_lookups(void) {
   TU_CHECK(&counts, pi.tactic_source == DSK_TACTIC_TUNED && pi.tactic.v[0] == 7, "A5 clamp: source %d cpb %d",
            pi.tactic_source, (int)pi.tactic.v[0]);
   mla_free(&m);
-  e.t.v[1] = 8; /* heads per CTA 8: never valid */
+  e.t.v[1] = 24; /* heads per CTA 24: never valid */
   TU_CHECK_OK(&counts, dsk__tuner_put(t, &e));
   mla_build(&m, DSK_KV_FORMAT_B584, 1, 8, 2, 128, 64, 384, 2, &r);
   TU_CHECK_OK(&counts, mla_plan_run(c, &m, 1, &pi));

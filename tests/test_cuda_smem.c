@@ -109,8 +109,28 @@ int main(void) {
                      DSK_MLA32F8_QF16_STRIDE(f) % 128 == 16 && DSK_MLA32F8_QF16_STRIDE(f) >= 2 * DSK_MLA_NOPE(f) &&
                      2 * (f8 + 1024) <= 228 * 1024,
              "format %d, raw-record ACCURATE form: f16 Q rows (stride %d)", f, DSK_MLA32F8_QF16_STRIDE(f));
+    /* the 8-head kernel: per-warp record buffers, fragment-interleaved Q,
+     * per-head scales, per-warp valid flags and merge rows; the merge
+     * buffer over the records; its record stride (= 32 mod 128) makes the
+     * 16-byte QK loads (rows rho(g), rho(g + 1): records 2 apart) and the
+     * 8-byte PV loads (records q4 of 4 lanes) conflict-free */
+    const long k8 = DSK_MLA8_SMEM_BYTES(f);
+    TU_CHECK(&c, k8 <= DSK_SM120_SMEM_LIMIT, "format %d, 8 heads: %ld B > %d", f, k8, DSK_SM120_SMEM_LIMIT);
+    TU_CHECK(&c, DSK_MLA8_OFF_Q % 16 == 0 && DSK_MLA8_OFF_QS(f) % 16 == 0 && DSK_MLA8_OFF_VALID(f) % 16 == 0 &&
+                     DSK_MLA8_OFF_ML(f) % 16 == 0,
+             "format %d, 8 heads: misaligned region", f);
+    TU_CHECK(&c, DSK_MLA8_SREC % 128 == 32 && DSK_MLA8_SREC >= (f == 1 ? 656 : 584) && DSK_MLA8_OS_FITS &&
+                     DSK_MLA8_QCH(f) == 2 * DSK_MLA_NOPE(f) / 64 + 2 &&
+                     DSK_MLA8_OFF_QS(f) - DSK_MLA8_OFF_Q == DSK_MLA8_QCH(f) * 512 &&
+                     DSK_MLA8_OFF_Q == DSK_MLA8_WARPS * 2 * DSK_MLA8_UNIT * DSK_MLA8_SREC &&
+                     DSK_MLA8_SMEM_BYTES(f) - DSK_MLA8_OFF_ML(f) == 2 * DSK_MLA8_WARPS * DSK_MLA8_HEADS * 4,
+             "format %d, 8 heads: region sizes", f);
+    printf("format %s: %ld bytes of shared memory per 8-head CTA (limit %d)\n", f == 1 ? "A656" : "B584", k8,
+           DSK_SM120_SMEM_LIMIT);
   }
 #ifdef DSK_HAVE_CUDA
+  TU_CHECK(&c, dsk__cuda_sparse_mla_smem_bytes(DSK_KV_FORMAT_A656, 8) == DSK_MLA8_SMEM_BYTES(1), "A8 mismatch");
+  TU_CHECK(&c, dsk__cuda_sparse_mla_smem_bytes(DSK_KV_FORMAT_B584, 8) == DSK_MLA8_SMEM_BYTES(2), "B8 mismatch");
   TU_CHECK(&c, dsk__cuda_sparse_mla_smem_bytes(DSK_KV_FORMAT_A656, 16) == DSK_MLA_SMEM_BYTES_W(1, DSK_MLA_WARPS8),
            "A mismatch (the 16-head kernel reports its larger, 8-warp configuration)");
   TU_CHECK(&c, dsk__cuda_sparse_mla_smem_bytes(DSK_KV_FORMAT_B584, 16) == DSK_MLA_SMEM_BYTES_W(2, DSK_MLA_WARPS8),
@@ -120,7 +140,7 @@ int main(void) {
   TU_CHECK(&c, dsk__cuda_sparse_mla_fast_smem_bytes(DSK_KV_FORMAT_A656) == DSK_MLA32F8_SMEM_BYTES(1), "A FAST mismatch");
   TU_CHECK(&c, dsk__cuda_sparse_mla_fast_smem_bytes(DSK_KV_FORMAT_B584) == DSK_MLA32F8_SMEM_BYTES(2), "B FAST mismatch");
   TU_CHECK(&c, dsk__cuda_sparse_mla_fast_smem_bytes(DSK_KV_FORMAT_IDXK132) == 0, "indexer format has no FAST kernel");
-  TU_CHECK(&c, dsk__cuda_sparse_mla_smem_bytes(DSK_KV_FORMAT_A656, 8) == 0, "8 heads per CTA has no kernel");
+  TU_CHECK(&c, dsk__cuda_sparse_mla_smem_bytes(DSK_KV_FORMAT_A656, 24) == 0, "24 heads per CTA has no kernel");
   TU_CHECK(&c, dsk__cuda_sparse_mla_smem_bytes(DSK_KV_FORMAT_IDXK132, 16) == 0, "indexer format has no decode kernel");
   {
     const long mhc = (long)dsk__cuda_mhc_smem_bytes();

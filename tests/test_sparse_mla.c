@@ -314,6 +314,11 @@ static void test_plan(dsk_ctx *ctx) {
   TU_CHECK_OK(&counts, dsk_sparse_mla_decode_plan(ctx, &d, &pi));
   TU_CHECK(&counts, pi.tactic_source == DSK_TACTIC_FORCED && pi.tactic.v[1] == 32, "forced 32 heads: source %d v1 %d",
            pi.tactic_source, (int)pi.tactic.v[1]);
+  d.tactic.v[1] = 8; /* the 8-head kernel: valid for any H */
+  TU_CHECK_OK(&counts, dsk_sparse_mla_decode_plan(ctx, &d, &pi));
+  TU_CHECK(&counts, pi.tactic_source == DSK_TACTIC_FORCED && pi.tactic.v[1] == 8, "forced 8 heads: source %d v1 %d",
+           pi.tactic_source, (int)pi.tactic.v[1]);
+  d.tactic.v[1] = 32;
   /* H <= 16: heads per CTA 32 is refused, and the heuristic takes 16 */
   {
     const int64_t H0 = d.H;
@@ -339,7 +344,7 @@ static void test_plan(dsk_ctx *ctx) {
       {DSK_OP_SPARSE_MLA_DECODE, 1, 12, 16, 0, "tactic.v[0]"}, /* > chunks */
       {DSK_OP_SPARSE_MLA_DECODE, 1, 0, 16, 0, "tactic.v[0]"},
       {DSK_OP_SPARSE_MLA_DECODE, 1, -1, 16, 0, "tactic.v[0]"},
-      {DSK_OP_SPARSE_MLA_DECODE, 1, 4, 8, 0, "tactic.v[1]"},
+      {DSK_OP_SPARSE_MLA_DECODE, 1, 4, 24, 0, "tactic.v[1]"},
       {DSK_OP_SPARSE_MLA_DECODE, 1, 4, 64, 0, "tactic.v[1]"},
       {DSK_OP_SPARSE_MLA_DECODE, 1, 4, 16, 1, "tactic.v[2]"},
       {DSK_OP_KV_WRITE, 1, 4, 16, 0, "tactic.op"},

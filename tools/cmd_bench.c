@@ -60,7 +60,7 @@ static const char *const k_usage_mla =
     "  --max-t N        skip token counts above N\n"
     "  --t N            only token count N\n"
     "  --heads N        only head count N\n"
-    "  --hpc N          force heads per CTA N (16 or 32; 32 skips H <= 16) with the\n"
+    "  --hpc N          force heads per CTA N (8, 16 or 32; 32 skips H <= 16) with the\n"
     "                   heuristic's chunks per CTA for it (default: the plan's tactic)\n"
     "  --fast           precision FAST (default ACCURATE): with DSK_TEST_AS_SM120=1 the\n"
     "                   cuda-sm120 32-head tactic runs the e4m3 kernel; elsewhere FAST\n"
@@ -310,8 +310,9 @@ int dsk_cmd_bench(int argc, char **argv) {
       if (dsk_cli_parse_int("bench", "--heads", v, 1, 128, &b.only_H) != 0) return DSK_CLI_EXIT_USAGE;
     } else if ((r = dsk_cli_opt_value(argc, argv, &i, "--hpc", &v)) != 0) {
       if (r < 0) return dsk_cli_usage_error("bench", usage, "--hpc needs a value");
-      if (dsk_cli_parse_int("bench", "--hpc", v, 16, 32, &b.hpc) != 0) return DSK_CLI_EXIT_USAGE;
-      if (b.hpc != 16 && b.hpc != 32) return dsk_cli_usage_error("bench", usage, "--hpc: %d is not 16 or 32", b.hpc);
+      if (dsk_cli_parse_int("bench", "--hpc", v, 8, 32, &b.hpc) != 0) return DSK_CLI_EXIT_USAGE;
+      if (b.hpc != 8 && b.hpc != 16 && b.hpc != 32)
+        return dsk_cli_usage_error("bench", usage, "--hpc: %d is not 8, 16 or 32", b.hpc);
     } else if ((r = dsk_cli_opt_value(argc, argv, &i, "--splits", &v)) != 0) {
       if (r < 0) return dsk_cli_usage_error("bench", usage, "--splits needs a value");
       if (dsk_cli_parse_int("bench", "--splits", v, 1, 1 << 20, &b.splits) != 0) return DSK_CLI_EXIT_USAGE;

@@ -247,11 +247,20 @@ static int tactic_is_zero(const dsk_tactic *t) {
  * H200 bench (docs/benchmarks.md, 2026-12-01 A/B) but one (GLM-5.1 T 1,
  * +0.7 us). Both kernels pay for whole 16-head tiles, so H 17..31 costs them
  * what H 32 does. */
-static int32_t dsk__sparse_mla_heads_per_cta(const dsk_sparse_mla_desc *d) { return d->H > 16 ? 32 : 16; }
+#ifndef DSK_MLA8_MAX_H
+#define DSK_MLA8_MAX_H 0
+#endif
+/* DSK_MLA8_MAX_H (compile time, default 0): the heuristic's heads per CTA is
+ * 8 (the 8-head kernel, sparse_mla_k8.cuh) for H <= DSK_MLA8_MAX_H. */
+static int32_t dsk__sparse_mla_heads_per_cta(const dsk_sparse_mla_desc *d) {
+  return d->H <= DSK_MLA8_MAX_H ? 8 : d->H > 16 ? 32 : 16;
+}
 
-/* Is v1 a valid heads-per-CTA value for the shape? 16 always; 32 when
- * H > 16. */
-static int mla_heads_valid(const dsk_sparse_mla_desc *d, int32_t v1) { return v1 == 16 || (v1 == 32 && d->H > 16); }
+/* Is v1 a valid heads-per-CTA value for the shape? 8 and 16 always; 32
+ * when H > 16. */
+static int mla_heads_valid(const dsk_sparse_mla_desc *d, int32_t v1) {
+  return v1 == 8 || v1 == 16 || (v1 == 32 && d->H > 16);
+}
 
 /* The heuristic of sparse-decode.md §9: among the v[0] values giving <= 3
  * waves, waves = T*ceil(H/hpc)*splits / (SMs*CTAs per SM) (evaluated exactly
@@ -355,7 +364,7 @@ static dsk_status resolve_tactic(const dsk_ctx *ctx, const dsk_sparse_mla_desc *
                        (long long)mla_chunks(d), list);
     }
     if (!mla_heads_valid(d, f->v[1]))
-      return dsk__fail(DSK_STATUS_INVALID_ARG, OP ": tactic.v[1] (heads per CTA) %d is not 16%s", (int)f->v[1],
+      return dsk__fail(DSK_STATUS_INVALID_ARG, OP ": tactic.v[1] (heads per CTA) %d is not 8 or 16%s", (int)f->v[1],
                        d->H > 16 ? " or 32" : " (32 needs H > 16)");
     for (int i = 2; i < 6; i++)
       if (f->v[i] != 0)

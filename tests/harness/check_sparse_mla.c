@@ -842,7 +842,7 @@ static int run_case(dsk_ctx *ctx, const case_cfg *cc, FILE *log, tu_counts *c) {
   }
 
   /* every valid forced tactic: each chunks-per-CTA value, and on a CUDA
-   * backend each heads-per-CTA value (16; 32 when H > 16) */
+   * backend each heads-per-CTA value (16, 8; 32 when H > 16) */
   if (cc->sweep && st == DSK_STATUS_OK && oracle_ok) {
     int32_t vals[10];
     int nv = tactic_values(cc, vals);
@@ -850,9 +850,10 @@ static int run_case(dsk_ctx *ctx, const case_cfg *cc, FILE *log, tu_counts *c) {
     memset(&ci, 0, sizeof ci);
     ci.struct_size = sizeof ci;
     dsk_ctx_get_info(ctx, &ci);
-    const int nh = ci.is_cuda && H > 16 ? 2 : 1;
+    static const int32_t hv[3] = {16, 8, 32};
+    const int nh = !ci.is_cuda ? 1 : H > 16 ? 3 : 2;
     for (int i = 0; i < nv * nh; i++) {
-      const int32_t v0 = vals[i % nv], v1 = i < nv ? 16 : 32;
+      const int32_t v0 = vals[i % nv], v1 = hv[i / nv];
       memset(&r.dd.tactic, 0, sizeof r.dd.tactic);
       r.dd.tactic.op = DSK_OP_SPARSE_MLA_DECODE;
       r.dd.tactic.version = DSK_SPARSE_MLA_TACTIC_VERSION;
@@ -989,6 +990,7 @@ int dsk_check_sparse_mla(dsk_ctx *ctx, const dsk_check_opts *o, tu_counts *c) {
   cases[n++] = mk(A, RAW, 5, 8, 2, 65, LENS_NULL, 3, 63, LENS_MIXED, 0.25, 0, 1);
   cases[n++] = mk(B, P2, 1, 1, 64, 1, LENS_NULL, 0, 0, 0, 1.0, 2, 1);
   cases[3].sweep = 1; /* every forced tactic on the C4A shape */
+  cases[1].sweep = cases[5].sweep = cases[6].sweep = 1; /* and on H 3 and 8 (8 heads a CTA) */
   if (!quick) {
     cases[n++] = mk(B, P2, 16, 64, 64, 128, LENS_MIXED, 64, 512, LENS_MIXED, 1.0, 2, 1);
     cases[n++] = mk(A, P2, 8, 128, 64, 2048, LENS_NULL, 0, 0, 0, 1.0, 2, 0); /* V3.2 */

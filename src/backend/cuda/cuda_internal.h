@@ -22,7 +22,7 @@ typedef struct dsk_cuda_state {
   int sm120_table;        /* 1 = running the cuda-sm120 table (native or DSK_TEST_AS_SM120) */
   int64_t smem_optin;     /* per-block opt-in limit after the SM120 cap */
   int64_t smem_per_sm;    /* shared memory per SM (SM120 table: at most SM120's 100 KB) */
-  int mla_ctas_per_sm[2][3]; /* decode kernel residency [16 / 32 heads per CTA][dsk_kv_format] */
+  int mla_ctas_per_sm[3][3]; /* decode kernel residency [16 / 32 / 8 heads per CTA][dsk_kv_format] */
   int mla_ready;          /* shared-memory attributes set for the decode kernels */
 } dsk_cuda_state;
 

@@ -208,6 +208,17 @@ __device__ __forceinline__ float q_row_absmax(const uint4 (&qv)[2]) {
   }
   return warp_max(mx);
 }
+/* The pre-scale of one staged row (the warp's 32 lanes together): returns
+ * 2^-shift, shift chosen from the row's largest |q| so that the f16 values
+ * stay below 2^15, and lane 0 writes 2^shift to *qscale. */
+__device__ __forceinline__ float q_prescale(const uint4 (&qv)[2], int lane, float *qscale) {
+  const float mx = q_row_absmax(qv);
+  const int ex = (int)((__float_as_uint(mx) >> 23) & 0xff) - 127;
+  int shift = ex - 14 > 0 ? ex - 14 : 0;
+  if (shift > 125) shift = 125;
+  if (lane == 0) *qscale = __uint_as_float((uint32_t)(127 + shift) << 23);
+  return __uint_as_float((uint32_t)(127 - shift) << 23);
+}
 /* PERM (rows layout only): inside each 16-dim group, the f16 pair of dims
  * (4j, 4j+1) is stored at position 2j and (4j+2, 4j+3) at 8+2j, so that the
  * m16n8k16 A fragment that ldmatrix delivers holds dims 4q..4q+3 of rows g
@@ -221,12 +232,7 @@ __device__ __forceinline__ void q_store(const QRows<NR> &q, int lane, uint8_t *n
   const uint4(&rv)[NR] = q.rv;
 #pragma unroll
   for (int r = 0; r < NR; r++) {
-    const float mx = q_row_absmax(qv[r]);
-    const int ex = (int)((__float_as_uint(mx) >> 23) & 0xff) - 127;
-    int shift = ex - 14 > 0 ? ex - 14 : 0;
-    if (shift > 125) shift = 125;
-    const float inv = __uint_as_float((uint32_t)(127 - shift) << 23);
-    if (lane == 0) qscale[r] = __uint_as_float((uint32_t)(127 + shift) << 23);
+    const float inv = q_prescale(qv[r], lane, qscale + r);
 #pragma unroll
     for (int k = 0; k < 2; k++) {
       const int d = lane * 8 + 256 * k;

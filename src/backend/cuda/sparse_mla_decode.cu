@@ -1,6 +1,8 @@
 /* sparse_mla_decode.cu - the launcher of the portable sparse MLA decode
  * kernels and their combine kernel, shared by cuda-sm90 and cuda-sm120.
- * Tactic v[1] (heads per CTA) picks the kernel: 16 = the kernel described
+ * Tactic v[1] (heads per CTA) picks the kernel: 8 = the 8-head kernel of
+ * sparse_mla_k8.cuh (candidates as the MMA rows, a warp per 16-candidate
+ * unit), 16 = the kernel described
  * below (sparse_mla_k16.cuh; the heuristic's for H <= 16), 32 = a 32-head
  * kernel (the heuristic's for H > 16): by default the raw-record kernel's
  * ACCURATE form (sparse_mla_k32f8.cuh, RC), with DSK_MLA32_REGCVT=0 the
@@ -71,6 +73,7 @@ namespace {
 #include "sparse_mla_k16.cuh"
 #include "sparse_mla_k32.cuh"
 #include "sparse_mla_k32f8.cuh"
+#include "sparse_mla_k8.cuh"
 #include "sparse_mla_combine.cuh"
 #include "sparse_mla_plan.cuh"
 
@@ -95,7 +98,9 @@ dsk_status launch(dsk_ctx *ctx, const dsk_sparse_mla_desc *d, const dsk_tactic *
     return dsk__fail(DSK_STATUS_UNSUPPORTED, "sparse_mla_decode: grid %lld x %d is too large", (long long)blocks_x,
                      p.splits);
   const dim3 grid((unsigned)blocks_x, (unsigned)p.splits);
-  if (lp.fp8)
+  if (lp.k8)
+    sparse_mla_k8_kernel<F><<<grid, k8Threads, smem, s>>>(p);
+  else if (lp.fp8)
     sparse_mla_k32f8_kernel<F, false><<<grid, k32Threads, smem, s>>>(p);
   else if (lp.wide) /* lp.rc == DSK_MLA32_REGCVT: one of the two is built */
 #if DSK_MLA32_REGCVT
@@ -126,6 +131,8 @@ dsk_status launch(dsk_ctx *ctx, const dsk_sparse_mla_desc *d, const dsk_tactic *
 }  // namespace
 
 extern "C" int64_t dsk__cuda_sparse_mla_smem_bytes(dsk_kv_format f, int heads_per_cta) {
+  if (heads_per_cta == DSK_MLA8_HEADS)
+    return f == DSK_KV_FORMAT_A656 ? DSK_MLA8_SMEM_BYTES(1) : f == DSK_KV_FORMAT_B584 ? DSK_MLA8_SMEM_BYTES(2) : 0;
   if (heads_per_cta != 16 && heads_per_cta != DSK_MLA32_HEADS) return 0;
   const bool wide = heads_per_cta == DSK_MLA32_HEADS;
   /* 16 heads: the larger of its two configurations (8 warps) */
@@ -180,6 +187,8 @@ extern "C" dsk_status dsk__cuda_sparse_mla_setup(dsk_cuda_state *st) {
                         DSK_MLA_SMEM_BYTES_W(1, DSK_MLA_WARPS8), &unused)) ||
       (r = setup_kernel(st, sparse_mla_kernel<2, DSK_MLA_WARPS8>, kThreads8,
                         DSK_MLA_SMEM_BYTES_W(2, DSK_MLA_WARPS8), &unused)) ||
+      (r = setup_kernel(st, sparse_mla_k8_kernel<1>, k8Threads, DSK_MLA8_SMEM_BYTES(1), &st->mla_ctas_per_sm[2][A])) ||
+      (r = setup_kernel(st, sparse_mla_k8_kernel<2>, k8Threads, DSK_MLA8_SMEM_BYTES(2), &st->mla_ctas_per_sm[2][B])) ||
       (r = setup_kernel(st, sparse_mla_k32f8_kernel<1>, k32Threads, DSK_MLA32F8_SMEM_BYTES(1), &unused)) ||
       (r = setup_kernel(st, sparse_mla_k32f8_kernel<2>, k32Threads, DSK_MLA32F8_SMEM_BYTES(2), &unused)))
     return r;
@@ -202,7 +211,7 @@ extern "C" dsk_status dsk__cuda_sparse_mla_setup(dsk_cuda_state *st) {
 extern "C" int dsk__cuda_sparse_mla_ctas_per_sm(const dsk_ctx *ctx, const dsk_sparse_mla_desc *d, int heads_per_cta) {
   const dsk_cuda_state *st = dsk__cuda_state(ctx);
   const int f = (int)d->format;
-  const int w = heads_per_cta == DSK_MLA32_HEADS;
+  const int w = heads_per_cta == DSK_MLA32_HEADS ? 1 : heads_per_cta == DSK_MLA8_HEADS ? 2 : 0;
   return (f == DSK_KV_FORMAT_A656 || f == DSK_KV_FORMAT_B584) ? st->mla_ctas_per_sm[w][f] : 1;
 }
 

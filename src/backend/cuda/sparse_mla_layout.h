@@ -107,4 +107,33 @@
 #define DSK_MLA32F8_OFF_VALID(f) (DSK_MLA32F8_OFF_QS(f) + DSK_MLA32_HEADS * 4)
 #define DSK_MLA32F8_SMEM_BYTES(f) (DSK_MLA32F8_OFF_VALID(f) + 2 * DSK_MLA_SUB * 4)
 
+/* ---- the 8-head kernel (tactic heads per CTA 8; sparse_mla_k8.cuh): 4
+ * warps, 8 heads of one query row, with the MMA roles swapped (candidates
+ * are the m16 rows, heads the n8 columns, output dims the m16 rows of PV),
+ * so a head group of 8 fills every MMA. Each warp runs its own 16-candidate
+ * units through its own two record buffers, softmax state and output
+ * accumulators; the warps meet only to stage Q and at the end, where their
+ * partial outputs are merged in shared memory (over the record buffers).
+ * Regions: KV ([warp][2][UNIT] records of SREC bytes; stride = 32 mod 128 so
+ * the fragment loads are conflict-free), Q (fragment-interleaved: 16-byte
+ * chunk c of lane l at (c * 32 + l) * 16; QCH chunks), QS (per-head Q
+ * pre-scale), VALID ([warp][2][UNIT] int32), ML (per-warp row max and sum of
+ * the 8 heads, for the merge). */
+#define DSK_MLA8_HEADS 8
+#define DSK_MLA8_WARPS 4
+#define DSK_MLA8_THREADS (32 * DSK_MLA8_WARPS)
+#define DSK_MLA8_UNIT 16   /* candidates per warp step (the m16 rows of QK) */
+#define DSK_MLA8_SREC 672  /* staged record stride: >= 656 and = 32 mod 128 */
+#define DSK_MLA8_QCH(f) (2 * (DSK_MLA_NOPE(f) / 64) + 2) /* Q chunks per lane: nope 64-dim blocks x 2, rope 2 */
+#define DSK_MLA8_OS_STRIDE 516 /* fp32 per (warp, head) row of the merge buffer */
+#define DSK_MLA8_OFF_KV 0
+#define DSK_MLA8_KV_BYTES (DSK_MLA8_WARPS * 2 * DSK_MLA8_UNIT * DSK_MLA8_SREC)
+#define DSK_MLA8_OFF_Q DSK_MLA8_KV_BYTES
+#define DSK_MLA8_OFF_QS(f) (DSK_MLA8_OFF_Q + DSK_MLA8_QCH(f) * 32 * 16)
+#define DSK_MLA8_OFF_VALID(f) (DSK_MLA8_OFF_QS(f) + DSK_MLA8_HEADS * 4)
+#define DSK_MLA8_OFF_ML(f) (DSK_MLA8_OFF_VALID(f) + DSK_MLA8_WARPS * 2 * DSK_MLA8_UNIT * 4)
+#define DSK_MLA8_SMEM_BYTES(f) (DSK_MLA8_OFF_ML(f) + 2 * DSK_MLA8_WARPS * DSK_MLA8_HEADS * 4)
+/* the merge buffer ([warp][head][OS_STRIDE] fp32) fits over the records */
+#define DSK_MLA8_OS_FITS (DSK_MLA8_WARPS * DSK_MLA8_HEADS * DSK_MLA8_OS_STRIDE * 4 <= DSK_MLA8_KV_BYTES)
+
 #endif

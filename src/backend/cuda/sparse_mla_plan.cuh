@@ -10,14 +10,17 @@ int seg_chunks(const dsk_sparse_mla_desc *d, int s) {
 }
 int chunk_count(const dsk_sparse_mla_desc *d) { return seg_chunks(d, 0) + seg_chunks(d, 1); }
 
-/* Heads per CTA of the tactic: 16 or 32 (v[1], validated by src/ops). */
-int tactic_heads(const dsk_tactic *tc) { return tc->v[1] == DSK_MLA32_HEADS ? DSK_MLA32_HEADS : DSK_MLA_HEADS; }
+/* Heads per CTA of the tactic: 8, 16 or 32 (v[1], validated by src/ops). */
+int tactic_heads(const dsk_tactic *tc) {
+  return tc->v[1] == DSK_MLA32_HEADS ? DSK_MLA32_HEADS : tc->v[1] == DSK_MLA8_HEADS ? DSK_MLA8_HEADS : DSK_MLA_HEADS;
+}
 
 /* 32-candidate stages per split. Tactic v[0] (cpb) gives 2 * cpb; at cpb 1,
  * when even twice the splits leave the grid within one CTA per SM (a
  * decode step of few rows: every CTA runs alone on its SM, so its time is
  * one warp's dependent instruction chain), each split takes one stage and
- * the splits double. Deterministic in the shape, the tactic and the SM
+ * the splits double (not for 8 heads a CTA: its four warps need the four
+ * 16-candidate units of two stages). Deterministic in the shape, the tactic and the SM
  * count, so the plan's workspace and the run agree. */
 int stages_per_split(int64_t sm_count, const dsk_sparse_mla_desc *d, const dsk_tactic *tc, int *splits) {
   const int ch = chunk_count(d);
@@ -26,7 +29,7 @@ int stages_per_split(int64_t sm_count, const dsk_sparse_mla_desc *d, const dsk_t
   const int hpc = tactic_heads(tc);
   const int64_t nhg = (d->H + hpc - 1) / hpc;
   int spb = 2 * cpb;
-  if (cpb == 1 && d->T * nhg * 2 * (int64_t)ch <= sm_count) spb = 1;
+  if (cpb == 1 && hpc != DSK_MLA8_HEADS && d->T * nhg * 2 * (int64_t)ch <= sm_count) spb = 1;
   *splits = (2 * ch + spb - 1) / spb;
   return spb;
 }
@@ -48,8 +51,8 @@ int64_t workspace_bytes(const dsk_sparse_mla_desc *d, int splits) {
 #endif
 
 /* One call's launch: the parameters, the split kernel (wide = 32 heads;
- * fp8 = its FAST form; w8 = the 16-head kernel with 8 warps, for
- * single-wave grids), its grid and shared memory, and the combine form
+ * fp8 = its FAST form; k8 = the 8-head kernel; w8 = the 16-head kernel
+ * with 8 warps, for single-wave grids), its grid and shared memory, and the combine form
  * (combine_batch 0 = two-pass, else the batched kernel's B). rc_ok: ACCURATE
  * 32-head calls run the raw-record kernel's ACCURATE form (DSK_MLA32_REGCVT;
  * lp.rc). fp8_ok: the
@@ -59,7 +62,7 @@ int64_t workspace_bytes(const dsk_sparse_mla_desc *d, int splits) {
  * it. */
 struct LaunchPlan {
   Params p;
-  bool wide, fp8, rc, w8, single_wave;
+  bool wide, fp8, rc, k8, w8, single_wave;
   int64_t blocks_x;
   int smem, combine_batch;
 };
@@ -100,6 +103,7 @@ LaunchPlan launch_plan(const dsk_sparse_mla_desc *d, const dsk_tactic *tc, int64
   p.spb = stages_per_split(sm_count, d, tc, &p.splits);
   const int hpc = tactic_heads(tc);
   lp.wide = hpc == DSK_MLA32_HEADS;
+  lp.k8 = hpc == DSK_MLA8_HEADS;
   lp.fp8 = lp.wide && fp8_ok && d->precision == DSK_PRECISION_FAST;
   lp.rc = lp.wide && !lp.fp8 && rc_ok;
   p.nhg = (int)((d->H + hpc - 1) / hpc);
@@ -110,8 +114,9 @@ LaunchPlan launch_plan(const dsk_sparse_mla_desc *d, const dsk_tactic *tc, int64
   }
   lp.blocks_x = d->T * p.nhg;
   lp.single_wave = lp.blocks_x * p.splits <= sm_count;
-  lp.w8 = !lp.wide && lp.single_wave;
-  lp.smem = lp.fp8 || lp.rc ? DSK_MLA32F8_SMEM_BYTES(F)
+  lp.w8 = !lp.wide && !lp.k8 && lp.single_wave;
+  lp.smem = lp.k8            ? DSK_MLA8_SMEM_BYTES(F)
+            : lp.fp8 || lp.rc ? DSK_MLA32F8_SMEM_BYTES(F)
             : lp.wide ? DSK_MLA32_SMEM_BYTES(F)
             : lp.w8   ? DSK_MLA_SMEM_BYTES_W(F, DSK_MLA_WARPS8)
                       : DSK_MLA_SMEM_BYTES(F);
