@@ -219,6 +219,15 @@ __device__ __forceinline__ float q_prescale(const uint4 (&qv)[2], int lane, floa
   if (lane == 0) *qscale = __uint_as_float((uint32_t)(127 + shift) << 23);
   return __uint_as_float((uint32_t)(127 - shift) << 23);
 }
+/* Eight bf16 values (one 16-byte piece of a Q row) times the row's
+ * pre-scale, as f16 pairs. */
+__device__ __forceinline__ uint4 q_f16x8(const uint4 &v, float inv) {
+  const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+  uint32_t o[4];
+#pragma unroll
+  for (int e = 0; e < 4; e++) o[e] = pack_f16(bf16_bits_to_f32(w[e] & 0xffff) * inv, bf16_bits_to_f32(w[e] >> 16) * inv);
+  return make_uint4(o[0], o[1], o[2], o[3]);
+}
 /* PERM (rows layout only): inside each 16-dim group, the f16 pair of dims
  * (4j, 4j+1) is stored at position 2j and (4j+2, 4j+3) at 8+2j, so that the
  * m16n8k16 A fragment that ldmatrix delivers holds dims 4q..4q+3 of rows g
@@ -237,11 +246,8 @@ __device__ __forceinline__ void q_store(const QRows<NR> &q, int lane, uint8_t *n
     for (int k = 0; k < 2; k++) {
       const int d = lane * 8 + 256 * k;
       if (d >= C::NOPE) continue;
-      const uint32_t w[4] = {qv[r][k].x, qv[r][k].y, qv[r][k].z, qv[r][k].w};
-      uint32_t o[4];
-#pragma unroll
-      for (int e = 0; e < 4; e++)
-        o[e] = pack_f16(bf16_bits_to_f32(w[e] & 0xffff) * inv, bf16_bits_to_f32(w[e] >> 16) * inv);
+      const uint4 h = q_f16x8(qv[r][k], inv);
+      const uint32_t o[4] = {h.x, h.y, h.z, h.w};
       if (IL) {
         /* fragment-interleaved (see DSK_MLA_QIL_OFF): dims d+2e, d+2e+1 of tile row il_row0 + r */
         const int row = il_row0 + r;

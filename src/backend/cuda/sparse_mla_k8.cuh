@@ -77,14 +77,9 @@ __device__ __forceinline__ void k8_stage_q(const Params &p, int64_t t, int h_fir
     for (int k = 0; k < 2; k++) {
       const int d = lane * 8 + 256 * k;
       if (d >= C::NOPE) continue;
-      const uint32_t w[4] = {q.qv[r][k].x, q.qv[r][k].y, q.qv[r][k].z, q.qv[r][k].w};
-      uint32_t o[4];
-#pragma unroll
-      for (int e = 0; e < 4; e++)
-        o[e] = pack_f16(bf16_bits_to_f32(w[e] & 0xffff) * inv, bf16_bits_to_f32(w[e] >> 16) * inv);
       const int i = (d & 63) >> 3; /* = 2 q4 + e of the lane that reads it */
       const int chunk = 2 * (d >> 6) + (i & 1);
-      *reinterpret_cast<uint4 *>(qil + (chunk * 32 + 4 * row + (i >> 1)) * 16) = make_uint4(o[0], o[1], o[2], o[3]);
+      *reinterpret_cast<uint4 *>(qil + (chunk * 32 + 4 * row + (i >> 1)) * 16) = q_f16x8(q.qv[r][k], inv);
     }
     if (lane < 8) *reinterpret_cast<uint4 *>(qil + ((2 * NB + (lane >> 2)) * 32 + 4 * row + (lane & 3)) * 16) = q.rv[r];
   }
@@ -117,8 +112,8 @@ __global__ void __launch_bounds__(DSK_MLA8_THREADS) sparse_mla_k8_kernel(const P
   const int nunits = 2 * sr.n;
   const int nk = warp < nunits ? (nunits - warp + k8Warps - 1) / k8Warps : 0; /* this warp's units */
   /* unit u: lane l copies half (l & 1) of candidate l >> 1 of the unit */
-  auto load_slot = [&](int u) -> int32_t {
-    return u < nunits ? stage_slot(p, sr, t, u >> 1, (u & 1) * k8Unit + (lane >> 1)) : -1;
+  auto load_slot = [&](int u) -> int32_t { /* -1 past the split's stages */
+    return stage_slot(p, sr, t, u >> 1, (u & 1) * k8Unit + (lane >> 1));
   };
   auto issue = [&](int u, int buf, int32_t slot) {
     const int c = lane >> 1;
@@ -343,8 +338,9 @@ __global__ void __launch_bounds__(DSK_MLA8_THREADS) sparse_mla_k8_kernel(const P
     }
   }
   __syncthreads();
-  /* thread: head hh, dims d0 .. d0 + 31 */
-  const int hh = tid >> 4, d0 = (tid & 15) * 32, h = h0 + hh;
+  /* thread: head hh, dims c4 + 64 k .. + 3 for k = 0 .. 7 (16 threads a
+   * head read and write contiguous 256-byte rows) */
+  const int hh = tid >> 4, c4 = (tid & 15) * 4, h = h0 + hh;
   if (h >= p.H) return;
   float mall = kNegInf;
 #pragma unroll
@@ -355,22 +351,18 @@ __global__ void __launch_bounds__(DSK_MLA8_THREADS) sparse_mla_k8_kernel(const P
     const float mw = ml[w * 8 + hh];
     if (mw != kNegInf) L += ml[32 + w * 8 + hh] * fast_exp2(mw - mall);
   }
-  float acc[32];
+  float4 acc[8];
 #pragma unroll
-  for (int i = 0; i < 32; i += 4) {
-    float4 sum = *reinterpret_cast<const float4 *>(os + hh * OST + d0 + i);
+  for (int k = 0; k < 8; k++) {
+    acc[k] = *reinterpret_cast<const float4 *>(os + hh * OST + c4 + 64 * k);
 #pragma unroll
     for (int w = 1; w < k8Warps; w++) {
-      const float4 v = *reinterpret_cast<const float4 *>(os + (w * 8 + hh) * OST + d0 + i);
-      sum.x += v.x;
-      sum.y += v.y;
-      sum.z += v.z;
-      sum.w += v.w;
+      const float4 v = *reinterpret_cast<const float4 *>(os + (w * 8 + hh) * OST + c4 + 64 * k);
+      acc[k].x += v.x;
+      acc[k].y += v.y;
+      acc[k].z += v.z;
+      acc[k].w += v.w;
     }
-    acc[i] = sum.x;
-    acc[i + 1] = sum.y;
-    acc[i + 2] = sum.z;
-    acc[i + 3] = sum.w;
   }
   const bool empty = !(L > 0.f);
   const float lse = empty ? kNegInf : (mall + log2f(L)) * 0.69314718055994531f;
@@ -380,25 +372,21 @@ __global__ void __launch_bounds__(DSK_MLA8_THREADS) sparse_mla_k8_kernel(const P
       fac = 1.f / L;
       if (p.sink) fac *= 1.f / (1.f + expf(p.sink[h] - lse)); /* sigmoid(lse - sink) */
     }
-    uint16_t *orow = p.out + t * p.out_st + (int64_t)h * p.out_sh + d0;
+    uint16_t *orow = p.out + t * p.out_st + (int64_t)h * p.out_sh + c4;
 #pragma unroll
-    for (int i = 0; i < 32; i += 8) {
-      uint32_t w[4];
-#pragma unroll
-      for (int e = 0; e < 4; e++)
-        w[e] = (uint32_t)f32_to_bf16_rne(empty ? 0.f : acc[i + 2 * e] * fac) |
-               ((uint32_t)f32_to_bf16_rne(empty ? 0.f : acc[i + 2 * e + 1] * fac) << 16);
-      *reinterpret_cast<uint4 *>(orow + i) = make_uint4(w[0], w[1], w[2], w[3]);
-    }
+    for (int k = 0; k < 8; k++) /* fac is 0 for an empty row */
+      *reinterpret_cast<uint2 *>(orow + 64 * k) =
+          make_uint2((uint32_t)f32_to_bf16_rne(acc[k].x * fac) | ((uint32_t)f32_to_bf16_rne(acc[k].y * fac) << 16),
+                     (uint32_t)f32_to_bf16_rne(acc[k].z * fac) | ((uint32_t)f32_to_bf16_rne(acc[k].w * fac) << 16));
     if (p.lse && (tid & 15) == 0) p.lse[t * p.lse_st + (int64_t)h * p.lse_sh] = lse;
   } else {
     const int64_t part = (t * p.H + h) * p.splits + split;
-    float *po = p.part_o + part * 512 + d0;
+    float *po = p.part_o + part * 512 + c4;
     const float inv_l = empty ? 0.f : 1.f / L;
 #pragma unroll
-    for (int i = 0; i < 32; i += 4)
-      *reinterpret_cast<float4 *>(po + i) =
-          make_float4(acc[i] * inv_l, acc[i + 1] * inv_l, acc[i + 2] * inv_l, acc[i + 3] * inv_l);
+    for (int k = 0; k < 8; k++)
+      *reinterpret_cast<float4 *>(po + 64 * k) =
+          make_float4(acc[k].x * inv_l, acc[k].y * inv_l, acc[k].z * inv_l, acc[k].w * inv_l);
     if ((tid & 15) == 0) p.part_lse[part] = lse;
   }
 }
