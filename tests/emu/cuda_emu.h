@@ -640,6 +640,7 @@ inline uint16_t f32_to_bf16_rne(float x) { return emu::f32_to_bf16(x); }
 inline void pdl_launch_dependents() {}
 inline void pdl_wait() {}
 inline float fast_exp2(float x) { return exp2f(x); }
+inline float fast_rcp(float x) { return 1.f / x; }
 
 }  // namespace dsk_ptx
 

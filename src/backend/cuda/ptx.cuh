@@ -153,6 +153,14 @@ __device__ __forceinline__ uint16_t f32_to_bf16_rne(float x) {
 __device__ __forceinline__ void pdl_launch_dependents() { asm volatile("griddepcontrol.launch_dependents;\n" ::); }
 __device__ __forceinline__ void pdl_wait() { asm volatile("griddepcontrol.wait;\n" ::: "memory"); }
 
+/* 1 / x, approximate (1 ulp; subnormals kept): one MUFU.RCP, where 1.f / x
+ * is a refined division with a slow-path check */
+__device__ __forceinline__ float fast_rcp(float x) {
+  float y;
+  asm("rcp.approx.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+
 /* 2^x, approximate (2 ulp) */
 __device__ __forceinline__ float fast_exp2(float x) {
   float y;

@@ -265,7 +265,9 @@ __global__ void __launch_bounds__(DSK_MLA8_THREADS) sparse_mla_k8_kernel(const P
             for (int e = 0; e < 4; e++) o[tile * BPT + bb][j][e] *= keep;
         R[tile] = rnew;
       }
-      const float inv = rnew > 0.f ? 1.f / rnew : 0.f;
+      /* B = P * scale / R in [0, 2^8]: an approximate 1 / R (R scales the
+       * accumulators back exactly in the merge, so only B's rounding moves) */
+      const float inv = rnew > 0.f ? fast_rcp(rnew) : 0.f;
       const uint32_t b0 = pack_f16(p0 * (s0 * inv), p4 * (s4 * inv));
       const uint32_t b1 = pack_f16(p8 * (s8 * inv), p12 * (s12 * inv));
 #pragma unroll
