@@ -378,16 +378,22 @@ static void test_heuristic(void) {
   struct {
     int sms;
     int64_t T, H, w0, w1;
-    int want;
+    int want, want_hpc;
   } cases[] = {
-      {132, 1, 64, 128, 512, 1},   /* all <= 1 wave: fill it most: cpb 1 (20/132) */
-      {132, 16, 64, 128, 512, 3},  /* 32 heads per CTA: hg 2, see below */
-      {4, 1, 16, 768, 0, 3},       /* waves 3.0 (cpb 1) and 1.0 (cpb 3) exact: tie -> 3 */
-      {4, 20, 128, 2048, 0, 32},   /* none <= 3 waves: the largest */
-      {188, 4, 128, 128, 1024, 2}, /* hg 4, see below */
-      {1, 1, 1, 1, 0, 1},          /* one chunk: the only value */
-      {8, 3, 17, 65, 0, 1},        /* H 17: one 32-head group, see below */
-      {132, 64, 16, 128, 512, 8},  /* 16 heads per CTA: cpb 6 and 8 both 128/132 waves: tie -> larger */
+      {132, 1, 64, 128, 512, 1, 32},   /* all <= 1 wave: fill it most: cpb 1 (20/132) */
+      {132, 16, 64, 128, 512, 3, 32},  /* 32 heads per CTA: hg 2, see below */
+      {4, 1, 16, 768, 0, 3, 16},       /* waves 3.0 (cpb 1) and 1.0 (cpb 3) exact: tie -> 3 */
+      {4, 20, 128, 2048, 0, 32, 32},   /* none <= 3 waves: the largest */
+      {188, 4, 128, 128, 1024, 2, 32}, /* hg 4, see below */
+      {1, 1, 1, 1, 0, 1, 16},          /* one chunk: the only value */
+      {8, 3, 17, 65, 0, 1, 32},        /* H 17: one 32-head group, see below */
+      {132, 64, 16, 128, 512, 8, 16},  /* 16 heads per CTA: cpb 6 and 8 both 128/132 waves: tie -> larger */
+      /* H <= 8: 8 heads per CTA from T x widths >= 65,536 candidate slots */
+      {132, 64, 8, 128, 512, 8, 16},   /* 40,960 slots: 16 heads, as H 16 */
+      {132, 128, 8, 128, 512, 10, 8},  /* 81,920: 8 heads, see below */
+      {132, 128, 8, 512, 0, 8, 8},     /* exactly 65,536: 8 heads */
+      {132, 127, 8, 512, 0, 8, 16},    /* 65,024: 16 heads */
+      {132, 128, 9, 512, 0, 8, 16},    /* H 9: 16 heads */
   };
   /* expected values checked by hand (heads per CTA 32 for H > 16, so
    * hg = ceil(H / 32); cpu-ref: 1 CTA per "SM", den = SMs):
@@ -398,7 +404,11 @@ static void test_heuristic(void) {
    *   16:32; 18:16 gap 172 -> 2.
    * {8,3,17,65}: chunks 2, hg 1, num = 3*splits, den 8: cpb 1: 6, gap 2; cpb 2: 3, gap 5 -> 1.
    * {132,64,16,128,512}: hg 1, num = 64*splits: cpb 1:640 (> 396, no); 2:320 gap 76; 3:256 gap 8;
-   *   4:192 gap 72; 6:128 gap 4; 8:128 gap 4; 10:64 gap 68 -> 8 (tie with 6 -> larger). */
+   *   4:192 gap 72; 6:128 gap 4; 8:128 gap 4; 10:64 gap 68 -> 8 (tie with 6 -> larger).
+   * {132,128,8,128,512}: 8 heads, hg 1, num = 128*splits: cpb 1, 2: > 396; 3:512 > 396; 4:384
+   *   gap 12; 6:256 gap 8; 8:256 gap 8; 10:128 gap 4 -> 10.
+   * {132,128,8|9,512,0}: chunks 8, num = 128*splits: 3:384 gap 12; 4, 6:256 gap 8; 8:128 gap 4 -> 8.
+   * {132,127,8,512,0}: num = 127*splits: 3:381 gap 15; 4, 6:254 gap 10; 8:127 gap 5 -> 8. */
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     dsk_ctx_opts o;
     dsk_ctx_opts_init(&o);
@@ -415,10 +425,12 @@ static void test_heuristic(void) {
     memset(&pi, 0, sizeof pi);
     pi.struct_size = sizeof pi;
     TU_CHECK_OK(&counts, dsk_sparse_mla_decode_plan(ctx, &d, &pi));
-    TU_CHECK(&counts, pi.tactic.v[0] == cases[i].want && pi.tactic_source == DSK_TACTIC_HEURISTIC,
-             "heuristic %zu (SMs %d T %lld H %lld w %lld+%lld): cpb %d, want %d", i, cases[i].sms,
+    TU_CHECK(&counts,
+             pi.tactic.v[0] == cases[i].want && pi.tactic.v[1] == cases[i].want_hpc &&
+                 pi.tactic_source == DSK_TACTIC_HEURISTIC,
+             "heuristic %zu (SMs %d T %lld H %lld w %lld+%lld): cpb %d heads %d, want %d / %d", i, cases[i].sms,
              (long long)cases[i].T, (long long)cases[i].H, (long long)cases[i].w0, (long long)cases[i].w1,
-             (int)pi.tactic.v[0], cases[i].want);
+             (int)pi.tactic.v[0], (int)pi.tactic.v[1], cases[i].want, cases[i].want_hpc);
     plan_free(ctx, &b);
     dsk_ctx_destroy(ctx);
   }

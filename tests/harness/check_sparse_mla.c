@@ -1001,6 +1001,8 @@ int dsk_check_sparse_mla(dsk_ctx *ctx, const dsk_check_opts *o, tu_counts *c) {
     cases[n - 1].seg[1].few = 1;
     cases[n++] = mk(B, P2, 20, 128, 64, 256, LENS_MIXED, 64, 1024, LENS_MIXED, 1.0, 2, 1); /* DSv4-Pro C4A */
     cases[n - 1].sweep = 1;
+    /* DSv4-Flash at TP 8 (H 8) with 81,920 candidate slots: the heuristic's 8-head kernel */
+    cases[n++] = mk(B, P2, 128, 8, 64, 128, LENS_MIXED, 64, 512, LENS_MIXED, 1.0, 2, 1);
   }
   tu_rng rng = tu_rng_make(o->seed ^ 0x5D5Au);
   int nrand = quick ? 12 : 24;

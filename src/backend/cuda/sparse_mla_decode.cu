@@ -2,8 +2,9 @@
  * kernels and their combine kernel, shared by cuda-sm90 and cuda-sm120.
  * Tactic v[1] (heads per CTA) picks the kernel: 8 = the 8-head kernel of
  * sparse_mla_k8.cuh (candidates as the MMA rows, a warp per 16-candidate
- * unit), 16 = the kernel described
- * below (sparse_mla_k16.cuh; the heuristic's for H <= 16), 32 = a 32-head
+ * unit; the heuristic's for H <= 8 with at least 65,536 candidate slots),
+ * 16 = the kernel described below (sparse_mla_k16.cuh; the heuristic's for
+ * the other H <= 16), 32 = a 32-head
  * kernel (the heuristic's for H > 16): by default the raw-record kernel's
  * ACCURATE form (sparse_mla_k32f8.cuh, RC), with DSK_MLA32_REGCVT=0 the
  * kernel of sparse_mla_k32.cuh (docs/design.md, "The 32-head decode
