@@ -447,19 +447,22 @@ int main() {
   };
   uint64_t seed = 1;
   int passed = 0, failed = 0;
-  /* built with the 16-head kernel's other barrier form
-   * (emu_sparse_mla_variants: -DDSK_MLA16_LATE_ISSUE=0, three barriers a
-   * stage): only the cases of the 16-head kernel, the ones it changes */
+  /* built with the other forms (emu_sparse_mla_variants:
+   * -DDSK_MLA16_LATE_ISSUE=0, three barriers a stage in the 16-head kernel;
+   * -DDSK_MLA_ISSUE_UNROLL=1, its copy loop unrolled; the 8-head kernel's
+   * first copy form, -DDSK_MLA8_TPC=2 -DDSK_MLA8_ISSUE_UNROLL=0
+   * -DDSK_MLA8_EARLY_Q=0): only the cases of the 16- and 8-head kernels,
+   * the ones they change */
   const bool variants = !DSK_MLA16_LATE_ISSUE;
   for (const Case &k : cases) {
-    if (variants && k.hpc != 16) {
+    if (variants && k.hpc != 16 && k.hpc != 8) {
       seed++;
       continue;
     }
     (run_case(cpu, k, seed++) ? passed : failed)++;
   }
   dsk_ctx_destroy(cpu);
-  printf("emu_sparse_mla%s: %d passed, %d failed\n", variants ? " (16-head kernel, three barriers a stage)" : "", passed,
+  printf("emu_sparse_mla%s: %d passed, %d failed\n", variants ? " (16- and 8-head kernels: three barriers a stage, unrolled copy loop; 8-head first copy form)" : "", passed,
          failed);
   return failed ? 1 : 0;
 }

@@ -18,7 +18,10 @@ constexpr int kStage = 128;     /* candidates per stage: one 16-row m-tile per w
 constexpr int kNBuf = 5;        /* stage buffers (4 stages in flight while one is scored) */
 constexpr int kRec = 128;       /* bytes of a staged record (unpadded, as in the page) */
 constexpr int kBtCap = 256;     /* block-table entries of one chunk held in shared memory */
-constexpr int kMaxChunk = 4096; /* candidates per CTA at most */
+#ifndef DSK_INDEXER_MAX_CHUNK
+#define DSK_INDEXER_MAX_CHUNK 4096 /* a build option, to time other caps (a multiple of 256) */
+#endif
+constexpr int kMaxChunk = DSK_INDEXER_MAX_CHUNK; /* candidates per CTA at most */
 constexpr int kPassHeads = 64;  /* heads per launch (8 n-tiles); more heads take several passes */
 
 /* Shared memory layout of one CTA (bytes), the same for every head count:

@@ -4,6 +4,10 @@
  * constants and small device helpers. Included once, inside the launcher's
  * anonymous namespace. */
 constexpr int kSub = DSK_MLA_SUB;
+#ifndef DSK_MLA_ISSUE_UNROLL
+#define DSK_MLA_ISSUE_UNROLL 0 /* the 16- and 32-head kernels' copy loop (stage_issue's UNROLL);
+                                  1 is 3-7 % slower on the 32-head Format A rows (docs/design.md) */
+#endif
 
 struct Seg {
   const uint8_t *base;
@@ -128,7 +132,7 @@ __device__ __forceinline__ int32_t stage_slot(const Params &p, const StageRange 
  * with cp.async, TPC threads per candidate (this thread is `part`); an
  * invalid candidate is zero filled and never read. The part-0 thread writes
  * the candidate's valid flag and counts an out-of-range slot. */
-template <int F, int TPC>
+template <int F, int TPC, bool UNROLL = DSK_MLA_ISSUE_UNROLL != 0>
 __device__ __forceinline__ void stage_issue(const Params &p, const StageRange &r, int i, int c, int part,
                                             int32_t slot, bool counting, uint8_t *dst, int32_t *valid_flag) {
   using C = Fmt<F>;
@@ -157,7 +161,21 @@ __device__ __forceinline__ void stage_issue(const Params &p, const StageRange &r
       }
     }
   }
-  for (int pc = part; pc < C::PIECES; pc += TPC) cp_async16(dst + pc * 16, src + pc * 16, ok);
+  if constexpr (UNROLL) {
+    /* a compile-time trip count, so that every copy addresses [base +
+     * immediate] from one pair of base registers (a rolled loop rewrites
+     * its address registers while the warp's earlier copies may still wait
+     * to read them) */
+    constexpr int NPER = (C::PIECES + TPC - 1) / TPC;
+    uint8_t *d = dst + part * 16;
+    const uint8_t *s = src + part * 16;
+#pragma unroll
+    for (int i = 0; i < NPER; i++)
+      if (C::PIECES % TPC == 0 || i + 1 < NPER || part + i * TPC < C::PIECES)
+        cp_async16(d + i * TPC * 16, s + i * TPC * 16, ok);
+  } else {
+    for (int pc = part; pc < C::PIECES; pc += TPC) cp_async16(dst + pc * 16, src + pc * 16, ok);
+  }
   if (F == 2 && part == 0) cp_async8(dst + 576, foot, ok);
   if (part == 0) *valid_flag = ok;
 }

@@ -41,6 +41,20 @@
  *    bf16 MMA with B = P^T.
  * Every shared-memory access pattern above is free of bank conflicts at
  * the 672-byte record stride (DSK_MLA8_SREC). */
+/* The 8-head kernel's copy form, as timed in device run 27 (H100,
+ * docs/benchmarks.md): four lanes per staged record (TPC; 2 is the first
+ * form), the copy loop unrolled (ISSUE_UNROLL) and Q loaded with the first
+ * slot ids (EARLY_Q). Together 0.90-0.97x on the rows that take this
+ * kernel, against two lanes a record. */
+#ifndef DSK_MLA8_TPC
+#define DSK_MLA8_TPC 4
+#endif
+#ifndef DSK_MLA8_ISSUE_UNROLL
+#define DSK_MLA8_ISSUE_UNROLL 1
+#endif
+#ifndef DSK_MLA8_EARLY_Q
+#define DSK_MLA8_EARLY_Q 1
+#endif
 constexpr int k8Threads = DSK_MLA8_THREADS;
 constexpr int k8Unit = DSK_MLA8_UNIT;
 constexpr int k8Warps = DSK_MLA8_WARPS;
@@ -64,11 +78,9 @@ __device__ __forceinline__ uint32_t k8_pair_bytes(uint32_t x, uint32_t y, int od
  * dims 32 e + 8 q4 .. are chunk 2 NB + e, and chunk c of lane 4 row + q4
  * lies at (c * 32 + 4 row + q4) * 16. */
 template <int F>
-__device__ __forceinline__ void k8_stage_q(const Params &p, int64_t t, int h_first, int r0, int lane, uint8_t *qil,
-                                           float *qscale) {
+__device__ __forceinline__ void k8_stage_q(const QRows<2> &q, int r0, int lane, uint8_t *qil, float *qscale) {
   using C = Fmt<F>;
   constexpr int NB = C::NOPE / 64;
-  const QRows<2> q = q_load<F, 2>(p, t, h_first, lane);
 #pragma unroll
   for (int r = 0; r < 2; r++) {
     const int row = r0 + r;
@@ -111,19 +123,44 @@ __global__ void __launch_bounds__(DSK_MLA8_THREADS) sparse_mla_k8_kernel(const P
   const StageRange sr = stage_range(p, t, split, counting, tid);
   const int nunits = 2 * sr.n;
   const int nk = warp < nunits ? (nunits - warp + k8Warps - 1) / k8Warps : 0; /* this warp's units */
-  /* unit u: lane l copies half (l & 1) of candidate l >> 1 of the unit */
-  auto load_slot = [&](int u) -> int32_t { /* -1 past the split's stages */
-    return stage_slot(p, sr, t, u >> 1, (u & 1) * k8Unit + (lane >> 1));
+  /* unit u: lane l copies part l % TPC of candidates l / TPC + 32 / TPC * h
+   * (h < TPC / 2) of the unit */
+  constexpr int TPC = DSK_MLA8_TPC, CPL = k8Unit * TPC / 32, LPC = 32 / TPC;
+  static_assert(TPC == 2 || TPC == 4, "two or four lanes per record");
+  struct Slots {
+    int32_t s[CPL];
   };
-  auto issue = [&](int u, int buf, int32_t slot) {
-    const int c = lane >> 1;
-    stage_issue<F, 2>(p, sr, u >> 1, (u & 1) * k8Unit + c, lane & 1, slot, counting,
-                      kvw + (buf * k8Unit + c) * SREC, vflag + buf * k8Unit + c);
+  auto load_slot = [&](int u) -> Slots { /* -1 past the split's stages */
+    Slots r;
+#pragma unroll
+    for (int h = 0; h < CPL; h++) r.s[h] = stage_slot(p, sr, t, u >> 1, (u & 1) * k8Unit + lane / TPC + LPC * h);
+    return r;
   };
+  auto issue = [&](int u, int buf, const Slots &ss) {
+#pragma unroll
+    for (int h = 0; h < CPL; h++) {
+      const int c = lane / TPC + LPC * h;
+      stage_issue<F, TPC, DSK_MLA8_ISSUE_UNROLL != 0>(p, sr, u >> 1, (u & 1) * k8Unit + c, lane % TPC, ss.s[h],
+                                                      counting, kvw + (buf * k8Unit + c) * SREC,
+                                                      vflag + buf * k8Unit + c);
+    }
+  };
+#if DSK_MLA8_EARLY_Q
+  /* the Q rows and the first two slot ids load together (the copies wait
+   * for their slot id, the Q conversion for the rows), rather than Q after
+   * the first copies went out */
+  const QRows<2> q = q_load<F, 2>(p, t, h0 + 2 * warp, lane);
+  const Slots slot0 = load_slot(warp);
+  Slots next_slot = load_slot(warp + k8Warps);
+  if (nk > 0) issue(warp, 0, slot0);
+  cp_async_commit();
+#else
   if (nk > 0) issue(warp, 0, load_slot(warp));
   cp_async_commit();
-  int32_t next_slot = load_slot(warp + k8Warps);
-  k8_stage_q<F>(p, t, h0 + 2 * warp, 2 * warp, lane, smem + DSK_MLA8_OFF_Q, qscale);
+  Slots next_slot = load_slot(warp + k8Warps);
+  const QRows<2> q = q_load<F, 2>(p, t, h0 + 2 * warp, lane);
+#endif
+  k8_stage_q<F>(q, 2 * warp, lane, smem + DSK_MLA8_OFF_Q, qscale);
   __syncthreads(); /* Q staged */
 
   const float qsa = qscale[2 * q4], qsb = qscale[2 * q4 + 1];
