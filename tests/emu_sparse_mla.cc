@@ -449,10 +449,8 @@ int main() {
   int passed = 0, failed = 0;
   /* built with the other forms (emu_sparse_mla_variants:
    * -DDSK_MLA16_LATE_ISSUE=0, three barriers a stage in the 16-head kernel;
-   * -DDSK_MLA_ISSUE_UNROLL=1, its copy loop unrolled; the 8-head kernel's
-   * first copy form, -DDSK_MLA8_TPC=2 -DDSK_MLA8_ISSUE_UNROLL=0
-   * -DDSK_MLA8_EARLY_Q=0): only the cases of the 16- and 8-head kernels,
-   * the ones they change */
+   * -DDSK_MLA_ISSUE_UNROLL=1, its copy loop unrolled; -DDSK_MLA8_TPC=2, two
+   * lanes a record in the 8-head kernel): only the cases of those kernels */
   const bool variants = !DSK_MLA16_LATE_ISSUE;
   for (const Case &k : cases) {
     if (variants && k.hpc != 16 && k.hpc != 8) {
@@ -462,7 +460,8 @@ int main() {
     (run_case(cpu, k, seed++) ? passed : failed)++;
   }
   dsk_ctx_destroy(cpu);
-  printf("emu_sparse_mla%s: %d passed, %d failed\n", variants ? " (16- and 8-head kernels: three barriers a stage, unrolled copy loop; 8-head first copy form)" : "", passed,
+  printf("emu_sparse_mla%s: %d passed, %d failed\n",
+         variants ? " (other forms: 16-head three barriers and unrolled loop, 8-head two lanes a record)" : "", passed,
          failed);
   return failed ? 1 : 0;
 }

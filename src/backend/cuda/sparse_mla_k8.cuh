@@ -41,19 +41,12 @@
  *    bf16 MMA with B = P^T.
  * Every shared-memory access pattern above is free of bank conflicts at
  * the 672-byte record stride (DSK_MLA8_SREC). */
-/* The 8-head kernel's copy form, as timed in device run 27 (H100,
- * docs/benchmarks.md): four lanes per staged record (TPC; 2 is the first
- * form), the copy loop unrolled (ISSUE_UNROLL) and Q loaded with the first
- * slot ids (EARLY_Q). Together 0.90-0.97x on the rows that take this
- * kernel, against two lanes a record. */
+/* The 8-head kernel's copy form (device run 27, H100, docs/benchmarks.md):
+ * TPC lanes per staged record, 4 by default (2 is the first form, 0.90-0.97x
+ * slower on the rows that take this kernel), with the copy loop unrolled
+ * and Q loaded together with the first slot ids. */
 #ifndef DSK_MLA8_TPC
 #define DSK_MLA8_TPC 4
-#endif
-#ifndef DSK_MLA8_ISSUE_UNROLL
-#define DSK_MLA8_ISSUE_UNROLL 1
-#endif
-#ifndef DSK_MLA8_EARLY_Q
-#define DSK_MLA8_EARLY_Q 1
 #endif
 constexpr int k8Threads = DSK_MLA8_THREADS;
 constexpr int k8Unit = DSK_MLA8_UNIT;
@@ -140,26 +133,17 @@ __global__ void __launch_bounds__(DSK_MLA8_THREADS) sparse_mla_k8_kernel(const P
 #pragma unroll
     for (int h = 0; h < CPL; h++) {
       const int c = lane / TPC + LPC * h;
-      stage_issue<F, TPC, DSK_MLA8_ISSUE_UNROLL != 0>(p, sr, u >> 1, (u & 1) * k8Unit + c, lane % TPC, ss.s[h],
-                                                      counting, kvw + (buf * k8Unit + c) * SREC,
-                                                      vflag + buf * k8Unit + c);
+      stage_issue<F, TPC, true>(p, sr, u >> 1, (u & 1) * k8Unit + c, lane % TPC, ss.s[h], counting,
+                                kvw + (buf * k8Unit + c) * SREC, vflag + buf * k8Unit + c);
     }
   };
-#if DSK_MLA8_EARLY_Q
-  /* the Q rows and the first two slot ids load together (the copies wait
-   * for their slot id, the Q conversion for the rows), rather than Q after
-   * the first copies went out */
+  /* the Q rows and the first two slot ids load together; the first copies
+   * wait for their slot ids, Q's conversion for the rows */
   const QRows<2> q = q_load<F, 2>(p, t, h0 + 2 * warp, lane);
   const Slots slot0 = load_slot(warp);
   Slots next_slot = load_slot(warp + k8Warps);
   if (nk > 0) issue(warp, 0, slot0);
   cp_async_commit();
-#else
-  if (nk > 0) issue(warp, 0, load_slot(warp));
-  cp_async_commit();
-  Slots next_slot = load_slot(warp + k8Warps);
-  const QRows<2> q = q_load<F, 2>(p, t, h0 + 2 * warp, lane);
-#endif
   k8_stage_q<F>(q, 2 * warp, lane, smem + DSK_MLA8_OFF_Q, qscale);
   __syncthreads(); /* Q staged */
 
