@@ -69,16 +69,17 @@ namespace {
 
 
 /* Candidates per CTA: a multiple of the kernel's stage (128 or 256) up to
- * 4096, touching at most kBtCap block-table entries, that minimises (waves
- * of CTAs at the kernel's residency) x (chunk + a fixed cost of 256
- * candidates per CTA). */
-static int64_t logits_chunk(const dsk_ctx *ctx, int64_t T, int64_t W, int64_t pbs, int per_sm, int64_t stage) {
+ * its cap max_chunk (kMaxChunk or kMaxChunkQ), touching at most kBtCap
+ * block-table entries, that minimises (waves of CTAs at the kernel's
+ * residency) x (chunk + a fixed cost of 256 candidates per CTA). */
+static int64_t logits_chunk(const dsk_ctx *ctx, int64_t T, int64_t W, int64_t pbs, int per_sm, int64_t stage,
+                            int64_t max_chunk) {
   const int64_t sms = ctx->info.sm_count > 0 ? ctx->info.sm_count : 1;
   const int64_t slots = sms * (per_sm > 0 ? per_sm : 1);
-  int64_t cap = kMaxChunk;
-  if (pbs < kMaxChunk) {
+  int64_t cap = max_chunk;
+  if (pbs < max_chunk) {
     cap = (int64_t)(kBtCap - 2) * pbs / stage * stage; /* blocks touched <= cap / pbs + 2 <= kBtCap */
-    if (cap > kMaxChunk) cap = kMaxChunk;
+    if (cap > max_chunk) cap = max_chunk;
     if (cap < stage) cap = stage; /* pbs 1: a stage of 256 touches 256 blocks (kBtCap) */
   }
   int64_t best = stage, best_cost = -1;
@@ -137,7 +138,8 @@ extern "C" dsk_status dsk__cuda_indexer_logits(dsk_ctx *ctx, const dsk_indexer_l
       (void)cudaGetLastError(); /* not sticky; fall back to one CTA per SM */
       per_sm = 1;
     }
-    p.chunk = logits_chunk(ctx, d->T, d->ctx_width, p.pbs, per_sm, qk ? kQStage : kStage);
+    p.chunk = logits_chunk(ctx, d->T, d->ctx_width, p.pbs, per_sm, qk ? kQStage : kStage,
+                           qk ? kMaxChunkQ : kMaxChunk);
     const int64_t gx = (d->ctx_width + p.chunk - 1) / p.chunk;
     const int64_t gy = d->T < 65535 ? d->T : 65535;
     kern<<<dim3((unsigned)gx, (unsigned)gy), kLThreads, (size_t)smem, s>>>(p);

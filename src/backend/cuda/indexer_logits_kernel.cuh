@@ -18,10 +18,22 @@ constexpr int kStage = 128;     /* candidates per stage: one 16-row m-tile per w
 constexpr int kNBuf = 5;        /* stage buffers (4 stages in flight while one is scored) */
 constexpr int kRec = 128;       /* bytes of a staged record (unpadded, as in the page) */
 constexpr int kBtCap = 256;     /* block-table entries of one chunk held in shared memory */
+/* Candidates per CTA at most (build options, to time other caps; multiples
+ * of 256): DSK_INDEXER_MAX_CHUNK for indexer_logits_kernel (passes of <= 32
+ * heads, or all passes with DSK_INDEXER_QSMEM=0), DSK_INDEXER_MAX_CHUNK_Q for
+ * indexer_logits_q_kernel. Device run 30 (H100, docs/benchmarks.md): the q
+ * kernel at 8,192 took DSv4-Flash T 64 at 128K (one wave instead of two)
+ * 133.6 -> 131.2 us and V3.2 461.9 -> 453.3 us; the 32-head kernel at 8,192
+ * took GLM-5.1 424.1 -> 428.9 us, so it keeps 4,096. */
 #ifndef DSK_INDEXER_MAX_CHUNK
-#define DSK_INDEXER_MAX_CHUNK 4096 /* a build option, to time other caps (a multiple of 256) */
+#define DSK_INDEXER_MAX_CHUNK 4096
 #endif
-constexpr int kMaxChunk = DSK_INDEXER_MAX_CHUNK; /* candidates per CTA at most */
+#ifndef DSK_INDEXER_MAX_CHUNK_Q
+#define DSK_INDEXER_MAX_CHUNK_Q 8192
+#endif
+constexpr int kMaxChunk = DSK_INDEXER_MAX_CHUNK;
+constexpr int kMaxChunkQ = DSK_INDEXER_MAX_CHUNK_Q;
+static_assert(kMaxChunk % 256 == 0 && kMaxChunkQ % 256 == 0, "whole stages per chunk");
 constexpr int kPassHeads = 64;  /* heads per launch (8 n-tiles); more heads take several passes */
 
 /* Shared memory layout of one CTA (bytes), the same for every head count:
@@ -312,7 +324,7 @@ __global__ void __launch_bounds__(kLThreads, NT == 8 ? 1 : 2) indexer_logits_ker
     }
     __syncthreads(); /* s_bt, s_wq, s_cnt ready */
 
-    const int nst = (int)((e - c0 + kStage - 1) / kStage); /* <= kMaxChunk / kStage */
+    const int nst = (int)((e - c0 + kStage - 1) / kStage); /* <= the chunk cap / kStage */
     int miss = 0;
 #pragma unroll 1
     for (int st = 0; st < kNBuf - 1; st++) {

@@ -34,7 +34,7 @@ static_assert(lq_smem_bytes() <= DSK_SM120_SMEM_LIMIT, "logits (q in shared memo
 static_assert(lq_off_q() % 16 == 0 && lq_off_ks() % 16 == 0 && lq_off_bar() % 8 == 0 && lq_off_bt() % 16 == 0 &&
                   lq_off_cnt() % 16 == 0,
               "regions aligned");
-static_assert(kMaxChunk % kQStage == 0, "whole stages per chunk");
+static_assert(kMaxChunkQ % kQStage == 0, "whole stages per chunk");
 
 /* Byte offset in the q tile of 16-byte chunk `ch` (0..15) of head h's row:
  * chunk 2 kk holds k-step kk's logical k 0..7 (word c: q[h][32 c + 4 kk +
