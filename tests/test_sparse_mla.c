@@ -388,12 +388,16 @@ static void test_heuristic(void) {
       {1, 1, 1, 1, 0, 1, 16},          /* one chunk: the only value */
       {8, 3, 17, 65, 0, 1, 32},        /* H 17: one 32-head group, see below */
       {132, 64, 16, 128, 512, 8, 16},  /* 16 heads per CTA: cpb 6 and 8 both 128/132 waves: tie -> larger */
-      /* H <= 8: 8 heads per CTA from T x widths >= 65,536 candidate slots */
-      {132, 64, 8, 128, 512, 8, 16},   /* 40,960 slots: 16 heads, as H 16 */
+      /* 8 heads per CTA from T x widths >= 4,096 candidate slots at H <= 8,
+       * >= 81,920 at H 9..16 */
+      {132, 64, 8, 128, 512, 8, 8},    /* 40,960 slots: 8 heads, hg 1 as H 16 above */
       {132, 128, 8, 128, 512, 10, 8},  /* 81,920: 8 heads, see below */
-      {132, 128, 8, 512, 0, 8, 8},     /* exactly 65,536: 8 heads */
-      {132, 127, 8, 512, 0, 8, 16},    /* 65,024: 16 heads */
-      {132, 128, 9, 512, 0, 8, 16},    /* H 9: 16 heads */
+      {132, 8, 8, 512, 0, 1, 8},       /* exactly 4,096: 8 heads */
+      {132, 7, 8, 585, 0, 1, 16},      /* 4,095: 16 heads */
+      {132, 160, 16, 512, 0, 8, 8},    /* H 16, exactly 81,920: 8 heads (hg 2) */
+      {132, 159, 16, 512, 0, 6, 16},   /* H 16, 81,408: 16 heads */
+      {132, 160, 9, 512, 0, 8, 8},     /* H 9 as H 16 */
+      {132, 32, 9, 512, 0, 2, 16},     /* H 9, 16,384: 16 heads */
   };
   /* expected values checked by hand (heads per CTA 32 for H > 16, so
    * hg = ceil(H / 32); cpu-ref: 1 CTA per "SM", den = SMs):
@@ -407,8 +411,13 @@ static void test_heuristic(void) {
    *   4:192 gap 72; 6:128 gap 4; 8:128 gap 4; 10:64 gap 68 -> 8 (tie with 6 -> larger).
    * {132,128,8,128,512}: 8 heads, hg 1, num = 128*splits: cpb 1, 2: > 396; 3:512 > 396; 4:384
    *   gap 12; 6:256 gap 8; 8:256 gap 8; 10:128 gap 4 -> 10.
-   * {132,128,8|9,512,0}: chunks 8, num = 128*splits: 3:384 gap 12; 4, 6:256 gap 8; 8:128 gap 4 -> 8.
-   * {132,127,8,512,0}: num = 127*splits: 3:381 gap 15; 4, 6:254 gap 10; 8:127 gap 5 -> 8. */
+   * {132,8,8,512,0}: chunks 8, hg 1, num = 8*splits: 1:64 gap 68; 2:32 gap 100; ... -> 1.
+   * {132,7,8,585,0}: chunks 10, hg 1, num = 7*splits: 1:70 gap 62; 2:35 gap 97; ... -> 1.
+   * {132,160,16|9,512,0}: 8 heads, hg 2, num = 320*splits: cpb 1..6: >= 640 > 396; 8:320 -> 8.
+   * {132,159,16,512,0}: 16 heads, hg 1, num = 159*splits: 1..3: >= 477 > 396; 4, 6:318 gap 78;
+   *   8:159 gap 105 -> 6 (tie with 4 -> larger).
+   * {132,32,9,512,0}: hg 1, num = 32*splits: 1:256 gap 8; 2:128 gap 4; 3:96 gap 36;
+   *   4, 6:64 gap 68; 8:32 gap 100 -> 2. */
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     dsk_ctx_opts o;
     dsk_ctx_opts_init(&o);

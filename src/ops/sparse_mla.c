@@ -241,29 +241,38 @@ static int tactic_is_zero(const dsk_tactic *t) {
   return 1;
 }
 
-#ifndef DSK_MLA8_MAX_H
-#define DSK_MLA8_MAX_H 8
-#endif
 #ifndef DSK_MLA8_MIN_RECORDS
-#define DSK_MLA8_MIN_RECORDS 65536
+#define DSK_MLA8_MIN_RECORDS 4096
+#endif
+#ifndef DSK_MLA8_H16_MIN_RECORDS
+#define DSK_MLA8_H16_MIN_RECORDS 81920
 #endif
 /* Heads per CTA (tactic v[1]) of the heuristic and of the tuner's tactic
- * set: 32 when H > 16; 8 (the 8-head kernel, sparse_mla_k8.cuh) when
- * H <= DSK_MLA8_MAX_H and the call has at least DSK_MLA8_MIN_RECORDS
- * candidate slots (T x the segments' widths), enough 16-candidate units to
- * keep its warps busy; else 16. The 32-head kernel (v9, docs/design.md) was
- * 1.0-1.5x faster than two 16-head CTAs on every H 32/64/128 row of the
- * H200 bench (docs/benchmarks.md, 2026-12-01 A/B) but one (GLM-5.1 T 1,
- * +0.7 us). The 8-head kernel took every DSv4-Flash H 8 row with at least
- * 65,536 slots to 0.62-0.97x of the 16-head kernel on an H100 and every row
- * below it to 1.03-1.11x (docs/benchmarks.md, device run 22). Both kernels
- * of 16 and 32 pay for whole 16-head tiles, so H 17..31 costs them what
- * H 32 does. */
+ * set: 32 when H > 16; 8 (the 8-head kernel, sparse_mla_k8.cuh, one CTA per
+ * 8-head group) when the call has at least DSK_MLA8_MIN_RECORDS candidate
+ * slots (T x the segments' widths) at H <= 8, or DSK_MLA8_H16_MIN_RECORDS
+ * at H 9..16; else 16. The 32-head kernel (v9, docs/design.md) was 1.0-1.5x
+ * faster than two 16-head CTAs on every H 32/64/128 row of the H200 bench
+ * (docs/benchmarks.md, 2026-12-01 A/B) but one (GLM-5.1 T 1, +0.7 us).
+ * The 8-head kernel in its four-lane copy form (device run 27), against the
+ * 16-head kernel on an H100 (docs/benchmarks.md, device runs 22, 30, 31):
+ *  - H 8: every DSv4-Flash row from 4,096 slots at 0.62-0.98x (T 64 SWA +
+ *    C4A 512 30.2 -> 28.2 us), from T 4 C128A 1024 (4,608 slots) up; the
+ *    rows below are launch-bound (T <= 4, 1.00-1.02x).
+ *  - H 16 (two 8-head groups): every row from 81,920 slots (T >= 128) at
+ *    0.85-0.94x; below it mixed, 0.81-0.99x on five rows but 1.05-1.10x on
+ *    T 64 SWA + C4A 512 and C128A 1024 and T 4 C128A 1024, so the rule
+ *    stays at T >= 128 (the tuner's set keeps the heuristic's heads per
+ *    CTA, autotune.md §1's <= 10 tactics a key; a forced tactic v[1] = 8
+ *    reaches the other rows).
+ * Both kernels of 16 and 32 pay for whole 16-head tiles, so H 17..31 costs
+ * them what H 32 does. */
 static int32_t dsk__sparse_mla_heads_per_cta(const dsk_sparse_mla_desc *d) {
   if (d->H > 16) return 32;
   int64_t width = 0;
   for (int i = 0; i < d->nseg && i < 2; i++) width += d->seg[i].width;
-  return d->H <= DSK_MLA8_MAX_H && d->T * width >= DSK_MLA8_MIN_RECORDS ? 8 : 16;
+  const int64_t slots = d->T * width;
+  return slots >= (d->H <= 8 ? DSK_MLA8_MIN_RECORDS : DSK_MLA8_H16_MIN_RECORDS) ? 8 : 16;
 }
 
 /* Is v1 a valid heads-per-CTA value for the shape? 8 and 16 always; 32
