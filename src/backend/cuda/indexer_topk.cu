@@ -48,6 +48,7 @@
 
 #include "backend/indexer_rules.h"
 #include "cuda_common.cuh"
+#include "ptx.cuh"
 
 namespace {
 
@@ -458,6 +459,11 @@ __device__ __forceinline__ TkRange tk_range(const float *row, int64_t a, int64_t
   r.nv = (b - r.a4) >> 2;
   return r;
 }
+/* v[u] for a run-time u < kVU, by selects (no local-memory indexing). */
+__device__ __forceinline__ float4 pick_vu(const float4 (&v)[kVU], int u) {
+  static_assert(kVU == 4, "pick_vu selects among 4");
+  return u == 0 ? v[0] : u == 1 ? v[1] : u == 2 ? v[2] : v[3];
+}
 /* The first kPfDist iterations of topk_filter's loop go to L2. */
 __device__ __forceinline__ void tk_prefetch(const float *row, const TkRange &r) {
   const float4 *v4 = reinterpret_cast<const float4 *>(row + r.a4);
@@ -471,6 +477,21 @@ __device__ __forceinline__ void tk_prefetch(const float *row, const TkRange &r) 
  * sample key truncated to 22 bits (two 11-bit radix passes over the sample).
  * Every CTA that calls it for the same row computes the same g. All
  * threads call; on return *s.n = 0 and the samples may be overwritten. */
+/* Sample keys j = tid + u kKT (u < N): column j stride + a hashed jitter
+ * in [0, stride), all N loads in flight at once. */
+template <int N>
+__device__ __forceinline__ void tk_sample(uint32_t *samp, const float *row, int64_t stride) {
+  static_assert(N * kKT <= kSampleMax, "sample capacity");
+  float x[N];
+#pragma unroll
+  for (int u = 0; u < N; u++) {
+    const int j = (int)threadIdx.x + u * kKT;
+    const uint32_t hsh = (uint32_t)j * 2654435761u;
+    x[u] = __ldg(row + (int64_t)j * stride + (int64_t)((hsh ^ (hsh >> 15)) % (uint64_t)stride));
+  }
+#pragma unroll
+  for (int u = 0; u < N; u++) samp[threadIdx.x + u * kKT] = score_key(x[u]);
+}
 struct TkThresh {
   bool take_all; /* g = 0: every key (NaN included) */
   float gf;      /* key(x) >= g <=> x >= gf for every non-NaN x */
@@ -489,11 +510,12 @@ __device__ TkThresh topk_threshold(const TopkSmem &s, const float *row, int64_t 
   int64_t m = (E * S + L - 1) / L;
   m = m < 1 ? 1 : m > S ? S : m;
   const int64_t stride = L / S; /* >= 1 */
-  for (int j = tid; j < S; j += kKT) {
-    const uint32_t hsh = (uint32_t)j * 2654435761u;
-    const int64_t i = (int64_t)j * stride + (int64_t)((hsh ^ (hsh >> 15)) % (uint64_t)stride);
-    s.samp[j] = score_key(row[i]);
-  }
+  /* S / kKT is 2, 4 or 8: every thread's loads are issued before the
+   * first key is stored (device run 31: one at a time, they held 20 % of
+   * the slice kernel's stall samples) */
+  if (S == 2 * kKT) tk_sample<2>(s.samp, row, stride);
+  else if (S == 4 * kKT) tk_sample<4>(s.samp, row, stride);
+  else tk_sample<8>(s.samp, row, stride);
   uint32_t gkey = 0u, gmask = 0u, gneed = (uint32_t)m;
 #pragma unroll 1
   for (int pass = 0; pass < 2; pass++) {
@@ -518,6 +540,22 @@ __device__ TkThresh topk_threshold(const TopkSmem &s, const float *row, int64_t 
   return th;
 }
 
+/* The filter's columns outside the float4 body of r: the unaligned head
+ * (<= 3 columns) and the tail (<= 3), one a thread. All threads call. */
+__device__ __forceinline__ void tk_filter_edges(const TopkSmem &s, const float *row, const TkRange &r,
+                                                const TkThresh &th, unsigned long long *dst, uint32_t cap) {
+  const int tid = threadIdx.x;
+  const int64_t tail0 = r.a4 + 4 * r.nv;
+  const int nh = (int)(r.a4 - r.a);
+  const int nextra = nh + (int)(r.b - tail0);
+  const bool valid = tid < nextra;
+  const int64_t col = tid < nh ? r.a + tid : tail0 + (tid - nh);
+  const float x = valid ? row[col] : 0.f;
+  const bool hit = valid && (th.take_all || x >= th.gf);
+  const uint32_t slot = warp_reserve(hit ? 1u : 0u, s.n);
+  if (hit && slot < cap) dst[slot] = composite(score_key(x), col);
+}
+
 /* One pass over columns [r.a, r.b) of row: the composite of every key >= g
  * goes to dst[slot] for slot < cap (dst in shared or global memory); *s.n
  * counts them all (also past cap). Iteration `base` reads kVU * kKT float4
@@ -533,12 +571,17 @@ __device__ void topk_filter(const TopkSmem &s, const float *row, const TkRange &
       const int64_t l = base + (int64_t)kPfDist * kVU * kKT + 8 * tid;
       if (tid < kVU * kKT / 8 && l < nv) prefetch_l2(v4 + l);
     }
+    /* unconditional loads (an index past the range reads the range's last
+     * float4; idx < nv masks it below), so that all kVU are in flight at
+     * once: as conditional loads ptxas issued each after the previous one
+     * had been compared (device run 31: 30.8 us for V3.2 T 64 at 128K,
+     * 36 % of DRAM bandwidth) */
     float4 v[kVU];
     int64_t idx[kVU];
 #pragma unroll
     for (int u = 0; u < kVU; u++) {
       idx[u] = base + u * kKT + tid;
-      v[u] = idx[u] < nv ? __ldg(v4 + idx[u]) : make_float4(0.f, 0.f, 0.f, 0.f);
+      v[u] = __ldg(v4 + (idx[u] < nv ? idx[u] : nv - 1));
     }
     uint32_t hm = 0u;
 #pragma unroll
@@ -549,29 +592,84 @@ __device__ void topk_filter(const TopkSmem &s, const float *row, const TkRange &
     const uint32_t cnt = (uint32_t)__popc(hm);
     if (__any_sync(kFull, cnt != 0u)) {
       uint32_t slot = warp_reserve(cnt, s.n);
-      if (hm) {
-#pragma unroll
-        for (int u = 0; u < kVU; u++)
-#pragma unroll
-          for (int c = 0; c < 4; c++)
-            if ((hm >> (4 * u + c)) & 1u) {
-              if (slot < cap) dst[slot] = composite(score_key(f4_comp(v[u], c)), r.a4 + 4 * idx[u] + c);
-              slot++;
-            }
+      /* only the set bits, lowest first (the order of the slots is u then
+       * c, as before): about 1 in 36 keys passes, so a warp loops once or
+       * twice where the 16 predicated appends cost ~450 instructions an
+       * iteration (device run 31: 70 % of the slice kernel's instructions,
+       * at 1.45 IPC the kernel's time) */
+      for (uint32_t m = hm; m; m &= m - 1u) {
+        const int b = __ffs((int)m) - 1;
+        const int u = b >> 2;
+        const float x = f4_comp(pick_vu(v, u), b & 3);
+        if (slot < cap) dst[slot] = composite(score_key(x), r.a4 + 4 * (base + u * kKT + tid) + (b & 3));
+        slot++;
       }
     }
   }
-  { /* the unaligned head (<= 3 columns) and the tail (<= 3) */
-    const int64_t tail0 = r.a4 + 4 * nv;
-    const int nh = (int)(r.a4 - r.a);
-    const int nextra = nh + (int)(r.b - tail0);
-    const bool valid = tid < nextra;
-    const int64_t col = tid < nh ? r.a + tid : tail0 + (tid - nh);
-    const float x = valid ? row[col] : 0.f;
-    const bool hit = valid && (th.take_all || x >= th.gf);
-    const uint32_t slot = warp_reserve(hit ? 1u : 0u, s.n);
-    if (hit && slot < cap) dst[slot] = composite(score_key(x), col);
+  tk_filter_edges(s, row, r, th, dst, cap);
+}
+
+/* The slice kernel's pass: topk_filter's selection, with the columns
+ * streamed through shared memory by cp.async, kSStages stages of one
+ * float4 a thread (16 KB a CTA) in a ring over the composites' region
+ * (free in the slice kernel: its composites go to the workspace), so that
+ * kSStages - 1 stages are always in flight. Each thread reads back only
+ * the float4 it copied, so the ring needs no block barrier. The register
+ * form (topk_filter) had one load a warp in flight: ptxas issued each of
+ * its four loads after the previous one had been compared (device run 33,
+ * ncu: the slice kernel at 40 % of DRAM bandwidth). Same selection, same
+ * slot order (columns ascending within a thread's stage). All threads
+ * call; the count is final after the caller's barrier. A build option
+ * (DSK_TOPK_STAGED) until it is timed and validated on a GPU. */
+#ifndef DSK_TOPK_STAGED
+#define DSK_TOPK_STAGED 0 /* 1: the slice kernel streams its pass through shared memory (topk_filter_staged) */
+#endif
+constexpr int kSStages = 4;
+constexpr int kSPf = 16; /* L2 prefetch distance in stages (256 KB) */
+static_assert(kSStages * kKT * 16 <= kCandCap * 8, "the ring fits the composites' region");
+static_assert((kSStages & (kSStages - 1)) == 0, "a power-of-two ring");
+__device__ void topk_filter_staged(const TopkSmem &s, const float *row, const TkRange &r, const TkThresh &th,
+                                   unsigned long long *dst, uint32_t cap) {
+  const int tid = threadIdx.x;
+  float4 *ring = reinterpret_cast<float4 *>(s.cand);
+  const float4 *v4 = reinterpret_cast<const float4 *>(row + r.a4);
+  const int64_t nv = r.nv;
+  const int64_t nst = (nv + kKT - 1) / kKT;
+#pragma unroll
+  for (int st = 0; st < kSStages - 1; st++) {
+    const int64_t i = (int64_t)st * kKT + tid;
+    if (i < nv) dsk_ptx::cp_async16(ring + st * kKT + tid, v4 + i, true);
+    dsk_ptx::cp_async_commit();
   }
+  for (int64_t st = 0; st < nst; st++) {
+    {
+      const int64_t sn = st + kSStages - 1, i = sn * kKT + tid;
+      if (i < nv) dsk_ptx::cp_async16(ring + (int)(sn & (kSStages - 1)) * kKT + tid, v4 + i, true);
+      dsk_ptx::cp_async_commit();
+      const int64_t l = (st + kSPf) * kKT + 8 * tid;
+      if (tid < kKT / 8 && l < nv) prefetch_l2(v4 + l);
+    }
+    dsk_ptx::cp_async_wait<kSStages - 1>(); /* this thread's copy of stage st has landed */
+    asm volatile("" ::: "memory");          /* ... before the shared load below */
+    const int64_t i = st * kKT + tid;
+    const bool in = i < nv;
+    const float4 v = ring[(int)(st & (kSStages - 1)) * kKT + tid];
+    uint32_t hm = 0u;
+#pragma unroll
+    for (int c = 0; c < 4; c++)
+      if (in && (th.take_all || f4_comp(v, c) >= th.gf)) hm |= 1u << c;
+    const uint32_t cnt = (uint32_t)__popc(hm);
+    if (__any_sync(kFull, cnt != 0u)) {
+      uint32_t slot = warp_reserve(cnt, s.n);
+      for (uint32_t m = hm; m; m &= m - 1u) {
+        const int c = __ffs((int)m) - 1;
+        if (slot < cap) dst[slot] = composite(score_key(f4_comp(v, c)), r.a4 + 4 * i + c);
+        slot++;
+      }
+    }
+  }
+  dsk_ptx::cp_async_wait<0>(); /* only empty groups remain; nothing lands after the return */
+  tk_filter_edges(s, row, r, th, dst, cap);
 }
 
 /* Multi-CTA top-k, first kernel: CTA (i, t) filters slice i of long row t
@@ -606,7 +704,8 @@ __global__ void __launch_bounds__(kKT, 1) topk_slice_kernel(const TopkParams p) 
     const TkRange r = tk_range(row, a, b);
     tk_prefetch(row, r);
     const TkThresh th = topk_threshold(s, row, L, p.K);
-    topk_filter(s, row, r, th, p.ws_cand + (t * p.P + i) * p.C, (uint32_t)p.C);
+    if (DSK_TOPK_STAGED) topk_filter_staged(s, row, r, th, p.ws_cand + (t * p.P + i) * p.C, (uint32_t)p.C);
+    else topk_filter(s, row, r, th, p.ws_cand + (t * p.P + i) * p.C, (uint32_t)p.C);
     __syncthreads();
     if (threadIdx.x == 0) *cnt = *s.n;
   }
