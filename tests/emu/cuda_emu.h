@@ -48,7 +48,7 @@
 
 namespace emu {
 
-constexpr int kMaxThreads = 512;
+constexpr int kMaxThreads = 1024;
 constexpr int kNamedBarriers = 16;
 constexpr size_t kStack = 128 * 1024;
 
@@ -323,16 +323,38 @@ inline unsigned __ballot_sync(unsigned, int pred) {
 inline int __any_sync(unsigned m, int pred) { return __ballot_sync(m, pred) != 0u; }
 inline int __all_sync(unsigned m, int pred) { return __ballot_sync(m, pred) == 0xffffffffu; }
 inline void __syncwarp(unsigned = 0xffffffffu) { emu::warp_barrier(); }
-inline unsigned __reduce_add_sync(unsigned, unsigned v) {
+/* f folded over the 32 lanes' v (a warp-wide reduction) */
+template <typename F>
+inline unsigned emu_warp_fold(unsigned v, unsigned r, F f) {
   emu::State &s = emu::st();
   s.xch[s.cur][0] = v;
   emu::warp_barrier();
-  unsigned r = 0;
-  for (int l = 0; l < 32; l++) r += s.xch[emu::wbase() + l][0];
+  for (int l = 0; l < 32; l++) r = f(r, s.xch[emu::wbase() + l][0]);
+  emu::warp_barrier();
+  return r;
+}
+inline unsigned __reduce_add_sync(unsigned, unsigned v) {
+  return emu_warp_fold(v, 0u, [](unsigned a, unsigned b) { return a + b; });
+}
+inline unsigned __reduce_min_sync(unsigned, unsigned v) {
+  return emu_warp_fold(v, 0xFFFFFFFFu, [](unsigned a, unsigned b) { return b < a ? b : a; });
+}
+inline unsigned __reduce_max_sync(unsigned, unsigned v) {
+  return emu_warp_fold(v, 0u, [](unsigned a, unsigned b) { return b > a ? b : a; });
+}
+/* the lanes whose v equals this lane's */
+inline unsigned __match_any_sync(unsigned, unsigned v) {
+  emu::State &s = emu::st();
+  s.xch[s.cur][0] = v;
+  emu::warp_barrier();
+  unsigned r = 0u;
+  for (int l = 0; l < 32; l++) r |= (s.xch[emu::wbase() + l][0] == v ? 1u : 0u) << l;
   emu::warp_barrier();
   return r;
 }
 inline int __popc(unsigned x) { return __builtin_popcount(x); }
+inline int __ffs(int x) { return __builtin_ffs(x); }
+inline int __clz(int x) { return x == 0 ? 32 : __builtin_clz((unsigned)x); }
 template <typename T>
 inline T __ldg(const T *p) {
   return *p;
@@ -344,6 +366,16 @@ inline T __ldcg(const T *p) {
 inline int atomicAdd(int *p, int v) {
   const int o = *p;
   *p = o + v;
+  return o;
+}
+inline unsigned atomicMin(unsigned *p, unsigned v) {
+  const unsigned o = *p;
+  if (v < o) *p = v;
+  return o;
+}
+inline unsigned atomicMax(unsigned *p, unsigned v) {
+  const unsigned o = *p;
+  if (v > o) *p = v;
   return o;
 }
 inline unsigned atomicAdd(unsigned *p, unsigned v) {
@@ -637,6 +669,7 @@ inline uint32_t pack_bf16(float lo, float hi) {
   return (uint32_t)emu::f32_to_bf16(lo) | ((uint32_t)emu::f32_to_bf16(hi) << 16);
 }
 inline uint16_t f32_to_bf16_rne(float x) { return emu::f32_to_bf16(x); }
+inline void prefetch_l2(const void *) {}
 inline void pdl_launch_dependents() {}
 inline void pdl_wait() {}
 inline float fast_exp2(float x) { return exp2f(x); }

@@ -147,6 +147,9 @@ __device__ __forceinline__ uint16_t f32_to_bf16_rne(float x) {
   return (uint16_t)r;
 }
 
+/* Brings the 128-byte line holding p into L2 (a hint; no register result). */
+__device__ __forceinline__ void prefetch_l2(const void *p) { asm volatile("prefetch.global.L2 [%0];\n" ::"l"(p)); }
+
 /* programmatic dependent launch: let the next kernel on the stream start
  * its launch now / wait until the previous kernel completed and its writes
  * are visible */
