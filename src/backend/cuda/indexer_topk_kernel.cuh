@@ -538,10 +538,10 @@ __device__ void topk_filter(const TopkSmem &s, const float *row, const TkRange &
       if (tid < kVU * kKT / 8 && l < nv) prefetch_l2(v4 + l);
     }
     /* unconditional loads (an index past the range reads the range's last
-     * float4; idx < nv masks it below), so that all kVU are in flight at
-     * once: as conditional loads ptxas issued each after the previous one
-     * had been compared (device run 31: 30.8 us for V3.2 T 64 at 128K,
-     * 36 % of DRAM bandwidth) */
+     * float4; idx < nv masks it below). Meant to put all kVU in flight at
+     * once, they did not: ptxas still issues each after the previous one
+     * has been compared (device runs 32-33, ncu); topk_filter_staged's
+     * cp.async ring is the way round that */
     float4 v[kVU];
     int64_t idx[kVU];
 #pragma unroll
@@ -616,7 +616,6 @@ __device__ void topk_filter_staged(const TopkSmem &s, const float *row, const Tk
       if (tid < kKT / 8 && l < nv) prefetch_l2(v4 + l);
     }
     dsk_ptx::cp_async_wait<kSStages - 1>(); /* this thread's copy of stage st has landed */
-    asm volatile("" ::: "memory");          /* ... before the shared load below */
     const int64_t i = st * kKT + tid;
     const bool in = i < nv;
     const float4 v = ring[(int)(st & (kSStages - 1)) * kKT + tid];

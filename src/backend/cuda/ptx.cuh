@@ -29,9 +29,12 @@ __device__ __forceinline__ void cp_async4(void *dst, const void *src, bool valid
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(smem_u32(dst)), "l"(src), "r"(valid ? 4 : 0));
 }
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+/* cp.async.wait_group N: this thread's groups but the N newest have
+ * landed; a compiler barrier too, so that no shared-memory load of the
+ * landed bytes is moved above it */
 template <int N>
 __device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
 }
 
 /* ldmatrix: four 8x8 b16 matrices; lane l supplies the shared address of
