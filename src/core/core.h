@@ -28,6 +28,7 @@ typedef struct dsk_env {
   int log_level;      /* DSK_LOG_LEVEL, -1 unset */
   int num_threads;    /* DSK_NUM_THREADS, 0 unset */
   int test_as_sm120;  /* DSK_TEST_AS_SM120 */
+  int bench_spin_us;  /* DSK_BENCH_SPIN_US: the CUDA bench's spin before each sample (default 50) */
   /* Autotune and its cache (spec/autotune.md §7; docs/autotune.md). Paths
    * are copied verbatim ("" = unset); src/tune checks them (A13). */
   char cache_dir[1024];      /* DSK_CACHE_DIR */

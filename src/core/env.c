@@ -65,6 +65,7 @@ void dsk__env_read(dsk_env *env) {
   env->log_level = parse_ranged(env, "DSK_LOG_LEVEL", dsk__getenv("DSK_LOG_LEVEL"), 0, 1000000, -1);
   env->num_threads = parse_ranged(env, "DSK_NUM_THREADS", dsk__getenv("DSK_NUM_THREADS"), 1, DSK_MAX_CPU_THREADS, 0);
   env->test_as_sm120 = parse_int(dsk__getenv("DSK_TEST_AS_SM120"), 0) != 0;
+  env->bench_spin_us = parse_ranged(env, "DSK_BENCH_SPIN_US", dsk__getenv("DSK_BENCH_SPIN_US"), 10, 100000, 50);
 
   /* Autotune (spec/autotune.md §7). A value that is not understood keeps the
    * default and is named in autotune_bad (the tuner warns once). */

@@ -116,7 +116,7 @@ dsk_status dsk_ctx_create(dsk_ctx **out, const dsk_ctx_opts *opts_in) {
     char key[200];
     snprintf(key, sizeof key, "env:%s", ctx->env.bad);
     dsk__warn_once(ctx, key, "ignoring %s: value not understood (DSK_LOG_LEVEL: an integer >= 0; DSK_NUM_THREADS: "
-                   "1..%d; docs/environment.md); defaults apply", ctx->env.bad, DSK_MAX_CPU_THREADS);
+                   "1..%d; DSK_BENCH_SPIN_US: 10..100000; docs/environment.md); defaults apply", ctx->env.bad, DSK_MAX_CPU_THREADS);
   }
   dsk__log(ctx, DSK_LOG_INFO, "backend %s on %s: %s", b->name, ctx->info.device_name, why);
   *out = ctx;

@@ -24,12 +24,16 @@ extern "C" dsk_status dsk__cuda_bench_samples(dsk_ctx *ctx, dsk_bench_fn fn, voi
   cudaError_t ce = cudaEventCreate(&e0);
   if (ce == cudaSuccess) ce = cudaEventCreate(&e1);
   if (ce != cudaSuccess) st = dsk__fail(DSK_STATUS_DEVICE, "dsk_bench_run: cudaEventCreate: %s", cudaGetErrorString(ce));
+  /* DSK_BENCH_SPIN_US (default 50): a longer spin shows whether a row's
+   * time includes host enqueue time (docs/benchmarks.md, Method) */
+  const long long spin_ns = 1000LL * (ctx->env.bench_spin_us > 0 ? ctx->env.bench_spin_us : 50);
   for (int i = 0; i < o->warmup && st == DSK_STATUS_OK; i++) st = fn(ctx, user);
   for (int i = 0; i < o->reps && st == DSK_STATUS_OK; i++) {
     if (flush) cudaMemsetAsync(flush, i & 0xff, flush_bytes, s);
-    /* 50 us covers the host's enqueue of one call (descriptor checks and a
-     * few launches); a repeated unit gets 30 us more per repetition */
-    dsk_bench_spin_kernel<<<1, 1, 0, s>>>(50000 + 30000LL * (o->repeat > 1 ? o->repeat - 1 : 0));
+    /* the spin (50 us) covers the host's enqueue of one call (descriptor
+     * checks and a few launches); a repeated unit gets 30 us more per
+     * repetition */
+    dsk_bench_spin_kernel<<<1, 1, 0, s>>>(spin_ns + 30000LL * (o->repeat > 1 ? o->repeat - 1 : 0));
     cudaEventRecord(e0, s);
     st = fn(ctx, user);
     cudaEventRecord(e1, s);
