@@ -39,7 +39,8 @@ struct Case {
   int P;          /* slices a row (0: one CTA a row) */
   int lens_mode;  /* 0: none; 1: random lens, some out of range */
   int shortcut;   /* 1: rows with L <= K take 0..L-1 */
-  int data;       /* 0: normal; 1: heavy ties; 2: NaN / inf sprinkled; 3: all large keys in slice 0 */
+  int data;       /* 0: normal; 1: heavy ties; 2: NaN / inf sprinkled; 3: all large keys in slice 0;
+                     4: the large keys in the first 600 columns of slices 2 and P - 3 (the other regions empty) */
 };
 
 bool run(dsk_ctx *cpu, const Case &c, uint64_t seed) {
@@ -65,6 +66,10 @@ bool run(dsk_ctx *cpu, const Case &c, uint64_t seed) {
         else if (r == 3) x = -0.f;
       }
       if (c.data == 3) x = s < c.width / 8 ? 100.f + (float)rng.normal() : (float)rng.normal();
+      if (c.data == 4) {
+        const int64_t ls = ((c.width + c.P - 1) / c.P + 3) / 4 * 4, sl = s / ls;
+        if ((sl == 2 || sl == c.P - 3) && s % ls < 600) x += 100.f;
+      }
       if (c.data == 0 && rng.range(0, 15) == 0 && s > 0) x = scores[(size_t)(t * st + s - 1)]; /* ties */
       const int64_t Lc = L < 0 ? 0 : L > c.width ? c.width : L;
       if (s >= Lc) x = INFINITY; /* past the row: must never be read into the result */
@@ -93,7 +98,14 @@ bool run(dsk_ctx *cpu, const Case &c, uint64_t seed) {
   p.P = c.P;
   p.C = c.P ? topk_slice_cap(c.width, c.K, c.P) : 0;
   std::vector<uint32_t> ws_cnt((size_t)(c.T * (c.P ? c.P : 1)), 0xDEADBEEFu);
-  std::vector<unsigned long long> ws_cand((size_t)(c.T * (c.P ? c.P : 1) * (p.C ? p.C : 1)), 0x5555555555555555ull);
+  /* the regions' unused entries hold plausible composites: scores a little
+   * above the row's (100 + N(0, 1)) at random columns, so that one read by
+   * mistake lands in the top K and is ranked (a repeated or huge value
+   * would fill one bucket, and the rank kernel's exact fallback would hide
+   * the wrong gather) */
+  std::vector<unsigned long long> ws_cand((size_t)(c.T * (c.P ? c.P : 1) * (p.C ? p.C : 1)));
+  for (auto &x : ws_cand)
+    x = composite(score_key(100.f + (float)rng.normal()), rng.range(0, (int)c.width - 1));
   p.ws_cnt = ws_cnt.data();
   p.ws_cand = ws_cand.data();
   if (c.P) emu::launch(c.P, (unsigned)c.T, kKT, tsm, (size_t)kTkOffStart, [&] { topk_slice_kernel(p); });
@@ -148,9 +160,14 @@ bool run(dsk_ctx *cpu, const Case &c, uint64_t seed) {
   }
   int64_t over = 0; /* regions over their capacity: the rank kernel redid those rows */
   for (int64_t i = 0; i < c.T * c.P; i++) over += ws_cnt[(size_t)i] != 0xDEADBEEFu && ws_cnt[(size_t)i] > (uint32_t)p.C;
+  int64_t empty = 0; /* regions with no composite (the rank kernel's gather steps over them) */
+  for (int64_t i = 0; i < c.T * c.P; i++) empty += ws_cnt[(size_t)i] == 0u;
   EXPECT(c.data != 3 || over > 0, "%s: no region overflowed", c.name);
-  printf("%-52s T %lld width %lld K %lld P %d, %lld regions over: %s\n", c.name, (long long)c.T, (long long)c.width,
-         (long long)c.K, c.P, (long long)over, emu_test::fails() == fails0 ? "ok" : "FAIL");
+  EXPECT(c.data != 4 || (over == 0 && empty >= c.T * (c.P - 2)), "%s: %lld regions over, %lld empty", c.name,
+         (long long)over, (long long)empty);
+  printf("%-52s T %lld width %lld K %lld P %d, %lld regions over, %lld empty: %s\n", c.name, (long long)c.T,
+         (long long)c.width, (long long)c.K, c.P, (long long)over, (long long)empty,
+         emu_test::fails() == fails0 ? "ok" : "FAIL");
   fflush(stdout);
   return emu_test::fails() == fails0;
 }
@@ -165,6 +182,9 @@ int main() {
       {"slices: 3 a row, heavy ties", 2, 13000, 1024, 3, 0, 1, 1},
       {"slices: 2 a row, NaN / inf / -0", 2, 16384, 300, 2, 0, 0, 2},
       {"slices: 4, the large keys in slice 0 (overflow)", 2, 20000, 2048, 4, 0, 1, 3},
+      {"slices: 32 a row (one row), K 2048 of 65536", 1, 65536, 2048, 32, 0, 1, 0},
+      {"slices: 17, hits in 2 of them (15 empty regions)", 2, 34000, 256, 17, 0, 1, 4},
+      {"slices: 32, hits in slices 2 and 29", 1, 65536, 256, 32, 0, 1, 4},
       {"one CTA a row: long rows, no shortcut", 2, 9001, 2048, 0, 1, 0, 0},
       {"one CTA a row: rows <= 4096 and the shortcut", 3, 4096, 100, 0, 1, 1, 0},
   };

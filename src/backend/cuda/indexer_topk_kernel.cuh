@@ -587,6 +587,12 @@ __device__ void topk_filter(const TopkSmem &s, const float *row, const TkRange &
  * slot order (columns ascending within a thread's stage). All threads
  * call; the count is final after the caller's barrier. A build option
  * (DSK_TOPK_STAGED) until it is timed and validated on a GPU. */
+/* DSK_TOPK_FLAT_GATHER (compile-time, default 0 until timed on a GPU): 1 =
+ * the rank kernel gathers the slice regions as one flat range, all of a
+ * thread's loads issued before its first store; 0 = a loop per region. */
+#ifndef DSK_TOPK_FLAT_GATHER
+#define DSK_TOPK_FLAT_GATHER 0
+#endif
 #ifndef DSK_TOPK_STAGED
 #define DSK_TOPK_STAGED 0 /* 1: the slice kernel streams its pass through shared memory (topk_filter_staged) */
 #endif
@@ -679,7 +685,11 @@ __global__ void __launch_bounds__(kKT, 1) topk_slice_kernel(const TopkParams p) 
 /* Top-k, one CTA per row (the final kernel of the multi-CTA path). */
 __global__ void __launch_bounds__(kKT, 1) topk_kernel(const TopkParams p) {
   extern __shared__ __align__(16) uint8_t tsm[];
+#if DSK_TOPK_FLAT_GATHER
+  DSK_TOPK_SHARED uint32_t sh_warp[32], sh_pick[3], sh_red[8], sh_cnt[3], sh_slice[33], sh_over[1];
+#else
   DSK_TOPK_SHARED uint32_t sh_warp[32], sh_pick[3], sh_red[8], sh_cnt[3], sh_slice[32], sh_ms[3];
+#endif
   TopkSmem s;
   topk_smem_init(s, tsm, sh_warp, sh_pick, sh_red, sh_cnt);
   const int tid = threadIdx.x;
@@ -711,6 +721,52 @@ __global__ void __launch_bounds__(kKT, 1) topk_kernel(const TopkParams p) {
     uint32_t ncand = 0u;
     if (p.P > 0) { /* the slice kernel filtered the row */
       dsk_ptx::pdl_wait(); /* its writes are visible */
+      /* the counts and the gather (both forms open the same two blocks,
+       * closed after the #endif) */
+#if DSK_TOPK_FLAT_GATHER
+      if (tid < 32) { /* sh_slice[i] = the count of the slices before i (sh_slice[P] = the total) */
+        const uint32_t c = tid < p.P ? p.ws_cnt[t * p.P + tid] : 0u;
+        const bool over = tid < p.P && c > (uint32_t)p.C;
+        uint32_t incl = c;
+#pragma unroll
+        for (int o2 = 1; o2 < 32; o2 <<= 1) {
+          const uint32_t n = __shfl_up_sync(kFull, incl, o2);
+          if (tid >= o2) incl += n;
+        }
+        sh_slice[tid] = incl - c;
+        if (tid == 31) sh_slice[32] = incl;
+        const unsigned anyover = __ballot_sync(kFull, over);
+        if (tid == 0) sh_over[0] = anyover ? 1u : 0u;
+      }
+      __syncthreads();
+      const uint32_t tot = sh_slice[32];
+      if (!sh_over[0]) { /* block-uniform: no slice overflowed its region */
+        if (tot >= (uint32_t)K && tot <= (uint32_t)kCandCap) {
+          /* the regions in slice order as one flat range: composite j is
+           * entry j - sh_slice[i] of region i, sh_slice[i] <= j <
+           * sh_slice[i + 1]. All of a thread's loads (<= kCandCap / kKT)
+           * are issued before the first store: a loop per region took a
+           * round trip per region (32 at T 1) */
+          constexpr int kGather = kCandCap / kKT;
+          unsigned long long g[kGather];
+#pragma unroll
+          for (int u = 0; u < kGather; u++) {
+            const uint32_t j = (uint32_t)(tid + u * kKT);
+            g[u] = 0ull;
+            if (j < tot) {
+              int lo = 0; /* the last region starting at or before j (binary search over P + 1 offsets) */
+#pragma unroll
+              for (int w = 16; w; w >>= 1)
+                if (lo + w < p.P && sh_slice[lo + w] <= j) lo += w;
+              g[u] = p.ws_cand[(t * p.P + lo) * p.C + (j - sh_slice[lo])];
+            }
+          }
+#pragma unroll
+          for (int u = 0; u < kGather; u++) {
+            const uint32_t j = (uint32_t)(tid + u * kKT);
+            if (j < tot) s.cand[j] = g[u];
+          }
+#else
       if (tid < 32) {
         const uint32_t c = tid < p.P ? p.ws_cnt[t * p.P + tid] : 0u;
         const bool over = tid < p.P && c > (uint32_t)p.C;
@@ -735,6 +791,7 @@ __global__ void __launch_bounds__(kKT, 1) topk_kernel(const TopkParams p) {
             for (uint32_t j = tid; j < c; j += kKT) s.cand[off + j] = src[j];
             off += c;
           }
+#endif
           __syncthreads();
           ncand = tot;
           have = true;
