@@ -17,6 +17,7 @@
 #include "dsk.h"
 #include "emu/emu_test.h"
 
+#define DSK_SLOTS_SHARED static
 namespace {
 #include "backend/cuda/slot_list_kernels.cuh"
 }  // namespace
@@ -24,7 +25,7 @@ namespace {
 namespace {
 
 using emu_test::Rng;
-uint8_t dummy_smem[16]; /* the kernel uses no shared memory */
+uint8_t dummy_smem[16]; /* no dynamic shared memory */
 
 struct Case {
   const char *name;
@@ -48,8 +49,9 @@ bool run_case(dsk_ctx *cpu, const Case &c, uint64_t seed) {
     sm[(size_t)t] = t % 11 == 6 ? -1 : r.range(0, 1000);
     /* t % 7 == 5: C128A one entry past the width, SWA the window's last position */
     const int64_t edge = c.kind == DSK_SLOTS_C128A ? (c.width + 1) * (c.ratio > 0 ? c.ratio : 128) - 1 : c.window;
-    pos[(size_t)t] = t % 7 == 2 ? -3 : t % 7 == 4 ? r.range(0, 5) : t % 7 == 5 ? (int32_t)edge
-                                                                   : r.range(0, (int)(MB * P + 40));
+    /* C128A: lengths 0 .. width + 2 (positions in tokens, ratio a entry) */
+    const int64_t top = c.kind == DSK_SLOTS_C128A ? (c.width + 3) * (c.ratio > 0 ? c.ratio : 128) : MB * P + 40;
+    pos[(size_t)t] = t % 7 == 2 ? -3 : t % 7 == 4 ? r.range(0, 5) : t % 7 == 5 ? (int32_t)edge : r.range(0, (int)top);
     if (listy)
       for (int64_t k = 0; k < is; k++) {
         const int u = r.range(0, 9);
@@ -61,12 +63,24 @@ bool run_case(dsk_ctx *cpu, const Case &c, uint64_t seed) {
   std::vector<int32_t> ox((size_t)(T * os), poison), orr = ox, lx((size_t)T, poison), lr = lx;
   unsigned long long cx = 0;
   int64_t cr = 0;
-  /* the kernel, as dsk__cuda_slot_list_build launches it: 4 warps per block */
-  const int warps = 4;
   const int64_t ratio = c.ratio > 0 ? c.ratio : 128;
+  /* the kernels, as dsk__cuda_slot_list_build launches them: the warp per
+   * row (4 warps per block), and the CTA per row (DSK_SLOTS_ROW_CTA: kSlU
+   * entries a thread, 32..256 threads) into outputs of their own */
+  const int warps = 4;
   emu::launch((unsigned)((T + warps - 1) / warps), 1, 32 * warps, dummy_smem, sizeof dummy_smem, [&] {
     slot_list_kernel((int)c.kind, T, req.data(), pos.data(), sm.data(), bt.data(), bs, c.rows, MB, P,
                      listy ? idx.data() : nullptr, is, c.K, c.window, ratio, ox.data(), os, width, lx.data(), &cx);
+  });
+  std::vector<int32_t> oc((size_t)(T * os), poison), lc((size_t)T, poison);
+  unsigned long long cc = 0;
+  int64_t nt = (width + kSlU - 1) / kSlU;
+  nt = nt < 32 ? 32 : nt > 256 ? 256 : (nt + 31) / 32 * 32;
+  /* a grid shorter than T for some cases: the CTAs loop over rows */
+  const unsigned grid = (unsigned)(c.T > 24 ? 24 : c.T);
+  emu::launch(grid, 1, (int)nt, dummy_smem, sizeof dummy_smem, [&] {
+    slot_list_row_kernel((int)c.kind, T, req.data(), pos.data(), sm.data(), bt.data(), bs, c.rows, MB, P,
+                         listy ? idx.data() : nullptr, is, c.K, c.window, ratio, oc.data(), os, width, lc.data(), &cc);
   });
   dsk_slot_list_desc d;
   memset(&d, 0, sizeof d);
@@ -96,16 +110,23 @@ bool run_case(dsk_ctx *cpu, const Case &c, uint64_t seed) {
   if (st != DSK_STATUS_OK) return false;
   const int64_t f0 = emu_test::fails();
   int64_t bad = 0, blen = 0, valid = 0;
+  int64_t bad_c = 0, blen_c = 0;
   for (size_t i = 0; i < ox.size(); i++) bad += ox[i] != orr[i];
   for (int64_t t = 0; t < T; t++) blen += lx[(size_t)t] != lr[(size_t)t];
+  for (size_t i = 0; i < oc.size(); i++) bad_c += oc[i] != orr[i];
+  for (int64_t t = 0; t < T; t++) blen_c += lc[(size_t)t] != lr[(size_t)t];
   for (int64_t t = 0; t < T; t++)
     for (int64_t k = 0; k < width; k++) valid += orr[(size_t)(t * os + k)] >= 0;
   EXPECT(bad == 0, "%s: %lld list entries differ from the CPU builder's", c.name, (long long)bad);
   EXPECT(blen == 0, "%s: %lld lengths differ", c.name, (long long)blen);
   EXPECT(cx == (unsigned long long)cr, "%s: counter %llu, CPU builder %lld", c.name, cx, (long long)cr);
+  EXPECT(bad_c == 0, "%s: CTA per row (%lld threads): %lld list entries differ from the CPU builder's", c.name,
+         (long long)nt, (long long)bad_c);
+  EXPECT(blen_c == 0, "%s: CTA per row: %lld lengths differ", c.name, (long long)blen_c);
+  EXPECT(cc == (unsigned long long)cr, "%s: CTA per row: counter %llu, CPU builder %lld", c.name, cc, (long long)cr);
   EXPECT(valid > 0, "%s: no valid slot in the lists (the case tests nothing)", c.name);
-  printf("%-40s %4lld rows, %6lld valid slots, counter %llu: %s\n", c.name, (long long)T, (long long)valid, cx,
-         emu_test::fails() == f0 ? "ok" : "FAIL");
+  printf("%-40s %4lld rows, %6lld valid slots, counter %llu, %3lld threads a row CTA: %s\n", c.name, (long long)T,
+         (long long)valid, cx, (long long)nt, emu_test::fails() == f0 ? "ok" : "FAIL");
   fflush(stdout);
   return emu_test::fails() == f0;
 }
@@ -123,6 +144,10 @@ int main() {
       {"SWA, pbs 7, window 20, width 20", DSK_SLOTS_SWA, 25, 7, 3, 30, 0, 20, 20, 0},
       {"C128A, pbs 64, width 37", DSK_SLOTS_C128A, 30, 64, 4, 200, 0, 37, 0, 0},
       {"C128A, ratio 4, pbs 1, width 65", DSK_SLOTS_C128A, 30, 1, 4, 300, 0, 65, 0, 4},
+      /* several rounds of the CTA per row (256 threads x kSlU entries) */
+      {"TOPK, pbs 64, K 2048", DSK_SLOTS_TOPK, 7, 64, 3, 40, 2048, 0, 0, 0},
+      {"C4A, pbs 64, K 2047 (compacted)", DSK_SLOTS_C4A, 8, 64, 3, 40, 2047, 0, 0, 0},
+      {"C128A, pbs 64, width 2500", DSK_SLOTS_C128A, 8, 64, 3, 40, 0, 2500, 0, 0},
   };
   return emu_test::run_cases("emu_slots", cases, 0x736c0000u, run_case);
 }
