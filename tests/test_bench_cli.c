@@ -159,9 +159,9 @@ static void test_indexer(dsk_ctx *ctx) {
   int rc = dsk_bench_indexer(ctx, &o, f);
   TU_CHECK(&counts, rc == 0, "dsk_bench_indexer quick returned %d: %s", rc, dsk_last_error());
   csv_stats s = scan(f, "model,ratio,H,K,");
-  /* 3 models x 1 context x T {1, 4} x 3 ops */
+  /* 3 models x 1 context x T {1, 4} x 4 ops */
   TU_CHECK(&counts, s.header == 1 && s.comments >= 2, "indexer: header %d, comments %d", s.header, s.comments);
-  TU_CHECK(&counts, s.rows == 18, "indexer: %d rows, expected 18", s.rows);
+  TU_CHECK(&counts, s.rows == 24, "indexer: %d rows, expected 24", s.rows);
   TU_CHECK(&counts, s.bad_cols == 0, "indexer: %d rows with the wrong column count", s.bad_cols);
   printf("bench indexer quick: %d rows in %.1f s; first: %s", s.rows, (tu_now_us() - t0) * 1e-6, s.first_row);
   fclose(f);
@@ -179,6 +179,18 @@ static void test_indexer(dsk_ctx *ctx) {
   TU_CHECK(&counts, strncmp(s.first_row, "glm-5.1,1,32,2048,4096,4096,4,1,fused,", 38) == 0, "indexer filtered row: %s",
            s.first_row);
   fclose(f);
+  /* the slot-list stage alone (DSv4-Flash: the C4A kind) */
+  f = tmpfile();
+  if (!f) return;
+  o.model = "flash";
+  o.op = "slots";
+  rc = dsk_bench_indexer(ctx, &o, f);
+  s = scan(f, "model,ratio,H,K,");
+  TU_CHECK(&counts, rc == 0 && s.rows == 1, "indexer slots: rc %d, %d rows (expected 1)", rc, s.rows);
+  TU_CHECK(&counts, strncmp(s.first_row, "dsv4-flash,4,64,512,4096,1024,4,1,slots,", 40) == 0,
+           "indexer slots row: %s", s.first_row);
+  fclose(f);
+  o.op = "fused";
   f = tmpfile();
   if (!f) return;
   o.model = "no-such-model";

@@ -14,7 +14,9 @@
  * Bytes: logits and fused count the distinct key bytes read, 132 per entry
  * of every request (spec/indices.md §9 / issue 7's goal: "copy bandwidth
  * over the key bytes read"); top-k counts the scores read (4 per candidate)
- * plus the indices written. */
+ * plus the indices written; slots (the fused path's last stage alone,
+ * dsk_slot_list_build on the top-k output) the indices read plus the slots
+ * written. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -37,20 +39,22 @@ static const int k_T[] = {1, 16, 64};
 static const int k_T_quick[] = {1, 4};
 
 #define IDX_PBS 64
-enum { OPI_LOGITS, OPI_TOPK, OPI_FUSED, OPI_COUNT };
-static const char *const k_op_names[OPI_COUNT] = {"logits", "topk", "fused"};
+enum { OPI_LOGITS, OPI_TOPK, OPI_FUSED, OPI_SLOTS, OPI_COUNT };
+static const char *const k_op_names[OPI_COUNT] = {"logits", "topk", "fused", "slots"};
 
 typedef struct idx_run {
   int op;
   dsk_indexer_logits_desc lg;
   dsk_topk_desc tk;
   dsk_indexer_topk_slots_desc fu;
+  dsk_slot_list_desc sl;
 } idx_run;
 
 static dsk_status run_once(dsk_ctx *ctx, void *user) {
   const idx_run *r = (const idx_run *)user;
   if (r->op == OPI_LOGITS) return dsk_indexer_logits(ctx, &r->lg);
   if (r->op == OPI_TOPK) return dsk_topk(ctx, &r->tk);
+  if (r->op == OPI_SLOTS) return dsk_slot_list_build(ctx, &r->sl);
   return dsk_indexer_topk_slots(ctx, &r->fu);
 }
 
@@ -160,7 +164,7 @@ int dsk_bench_indexer(dsk_ctx *ctx, const dsk_bench_indexer_opts *o, FILE *out) 
     for (int i = 0; i < OPI_COUNT; i++)
       if (strcmp(o->op, k_op_names[i]) == 0) op_only = i;
     if (op_only < 0) {
-      fprintf(stderr, "bench: unknown indexer op '%s' (logits, topk, fused)\n", o->op);
+      fprintf(stderr, "bench: unknown indexer op '%s' (logits, topk, fused, slots)\n", o->op);
       return 1;
     }
   }
@@ -194,7 +198,7 @@ int dsk_bench_indexer(dsk_ctx *ctx, const dsk_bench_indexer_opts *o, FILE *out) 
   if (dsk__bench_preamble(ctx, &info, "indexer", o->quick, o->warm, out, &copy_gbps) != 0) return 1;
   fprintf(out, "# key pool %lld MiB (IDXK132, 64 entries/page, random page order); %d query row%s per request, each "
           "request with the full context; bytes: logits/fused = distinct key bytes (132 per entry), topk = scores "
-          "read + indices written\n",
+          "read + indices written, slots = indices read + slots written\n",
           (long long)((num_pages * stride) >> 20), per_req, per_req == 1 ? "" : "s");
   fprintf(out, "model,ratio,H,K,context,entries,T,reqs,op,median_us,gbps,pct_copy_bw,tflops,bytes,goal\n");
   fflush(out);
@@ -324,6 +328,23 @@ int dsk_bench_indexer(dsk_ctx *ctx, const dsk_bench_indexer_opts *o, FILE *out) 
         f->slots_stride_t = K;
         f->lens = ialloc(ctx, &mm, sizeof(int32_t) * T, &st);
 
+        /* the fused path's third stage alone: the top-k output (computed
+         * below) to slots, the kind the fused path uses */
+        dsk_slot_list_desc *sl = &r.sl;
+        sl->struct_size = sizeof *sl;
+        sl->kind = f->kind;
+        sl->T = T;
+        sl->req = l->req;
+        sl->slot_mapping = l->slot_mapping;
+        sl->block_table = l->block_table;
+        sl->pbs = IDX_PBS;
+        sl->idx = k->out;
+        sl->idx_stride = K;
+        sl->K = K;
+        sl->out = ialloc(ctx, &mm, sizeof(int32_t) * (size_t)(T * K), &st);
+        sl->out_stride = K;
+        sl->lens = ialloc(ctx, &mm, sizeof(int32_t) * T, &st);
+
         dsk_plan_info pi;
         memset(&pi, 0, sizeof pi);
         pi.struct_size = sizeof pi;
@@ -335,8 +356,9 @@ int dsk_bench_indexer(dsk_ctx *ctx, const dsk_bench_indexer_opts *o, FILE *out) 
         if (st == DSK_STATUS_OK) st = dsk_indexer_topk_slots_plan(ctx, f, &pi);
         if (st == DSK_STATUS_OK && pi.workspace_bytes > 0) f->workspace = ialloc(ctx, &mm, (size_t)pi.workspace_bytes, &st);
         f->workspace_bytes = pi.workspace_bytes;
-        /* real scores for the top-k rows */
+        /* real scores for the top-k rows, and their top-k for the slots rows */
         if (st == DSK_STATUS_OK) st = dsk_indexer_logits(ctx, l);
+        if (st == DSK_STATUS_OK) st = dsk_topk(ctx, k);
         if (st == DSK_STATUS_OK) st = dsk_ctx_synchronize(ctx, NULL);
         if (st != DSK_STATUS_OK) {
           fprintf(stderr, "bench: %s ctx=%lld T=%d: setup: %s: %s\n", m->model, (long long)context, T,
@@ -358,9 +380,10 @@ int dsk_bench_indexer(dsk_ctx *ctx, const dsk_bench_indexer_opts *o, FILE *out) 
             break;
           }
           const double us = br.median_us;
-          const double bytes = op == OPI_TOPK ? 4.0 * (double)scored + 4.0 * (double)T * (double)K
-                                              : 132.0 * (double)key_entries;
-          const double flop = op == OPI_TOPK ? 0.0 : 2.0 * (double)H * 128.0 * (double)scored;
+          const double bytes = op == OPI_TOPK    ? 4.0 * (double)scored + 4.0 * (double)T * (double)K
+                               : op == OPI_SLOTS ? 8.0 * (double)T * (double)K
+                                                 : 132.0 * (double)key_entries;
+          const double flop = op == OPI_TOPK || op == OPI_SLOTS ? 0.0 : 2.0 * (double)H * 128.0 * (double)scored;
           const double gbps = us > 0 ? bytes / (us * 1e3) : 0.0, pct = copy_gbps > 0 ? 100.0 * gbps / copy_gbps : 0.0;
           char goal[24] = "";
           if (op == OPI_LOGITS && context == 131072) snprintf(goal, sizeof goal, ">=70%%:%s", pct >= 70.0 ? "yes" : "no");
