@@ -586,12 +586,16 @@ __device__ void topk_filter(const TopkSmem &s, const float *row, const TkRange &
  * ncu: the slice kernel at 40 % of DRAM bandwidth). Same selection, same
  * slot order (columns ascending within a thread's stage). All threads
  * call; the count is final after the caller's barrier. A build option
- * (DSK_TOPK_STAGED) until it is timed and validated on a GPU. */
-/* DSK_TOPK_FLAT_GATHER (compile-time, default 0 until timed on a GPU): 1 =
+ * (DSK_TOPK_STAGED, default 0): device run 39 (H100, with the flat gather)
+ * checked it clean but found no gain at T 64 (V3.2 at 128K 49.2 -> 48.9 us,
+ * not the predicted ~38) and some T 64 rows 1.06x slower. */
+/* DSK_TOPK_FLAT_GATHER (compile-time, default 1 since device run 39,
+ * 2026-12-07, H100: top-k T 1 at 128K 0.66-0.69x, docs/benchmarks.md): 1 =
  * the rank kernel gathers the slice regions as one flat range, all of a
- * thread's loads issued before its first store; 0 = a loop per region. */
+ * thread's loads issued before its first store; 0 = the earlier loop per
+ * region (a round trip each). */
 #ifndef DSK_TOPK_FLAT_GATHER
-#define DSK_TOPK_FLAT_GATHER 0
+#define DSK_TOPK_FLAT_GATHER 1
 #endif
 #ifndef DSK_TOPK_STAGED
 #define DSK_TOPK_STAGED 0 /* 1: the slice kernel streams its pass through shared memory (topk_filter_staged) */

@@ -1,12 +1,15 @@
 /* slot_list.cu - the slot-list builders (spec/indices.md) on the GPU: one
- * warp per row, identical results to the CPU builders, no host sync. */
+ * CTA per row (DSK_SLOTS_ROW_CTA), identical results to the CPU builders,
+ * no host sync. */
 #include "cuda_common.cuh"
 
-/* DSK_SLOTS_ROW_CTA (compile-time, default 0 until timed on a GPU): 1 =
- * slot_list_row_kernel, a CTA per row with each thread's entries loaded
- * together (docs/indexer.md); 0 = slot_list_kernel, a warp per row. */
+/* DSK_SLOTS_ROW_CTA (compile-time, default 1 since device run 39,
+ * 2026-12-07, H100: a 2,048-entry TOPK list 48.3 -> 8.6 us, a 512-entry C4A
+ * list 18.0 -> 6.4 us; docs/benchmarks.md): 1 = slot_list_row_kernel, a CTA
+ * per row with each thread's entries loaded together (docs/indexer.md);
+ * 0 = slot_list_kernel, the earlier warp per row. */
 #ifndef DSK_SLOTS_ROW_CTA
-#define DSK_SLOTS_ROW_CTA 0
+#define DSK_SLOTS_ROW_CTA 1
 #endif
 
 namespace {

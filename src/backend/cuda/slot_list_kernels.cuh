@@ -22,9 +22,8 @@ __device__ __forceinline__ int32_t map_entry(const int32_t *__restrict__ bt_row,
 /* A padding row (slot_mapping < 0) or one with an out-of-range req:
  * threads i0, i0 + n, ... fill it with -1, i0 == 0 writes len 0 and counts
  * the bad req, and it returns true (the row is done). slot_list_row_kernel's
- * row head; slot_list_kernel keeps its own copy of the rule as it ran on
- * GPUs (sm_90 PTX unchanged) until the CTA per row has been timed and
- * replaces it. */
+ * row head; slot_list_kernel (the earlier form, DSK_SLOTS_ROW_CTA=0) keeps
+ * its own copy of the rule as it ran on GPUs. */
 __device__ __forceinline__ bool slot_row_skipped(int64_t t, int32_t r, const int32_t *__restrict__ slot_mapping,
                                                  int64_t bt_rows, int32_t *__restrict__ o, int64_t width,
                                                  int32_t *__restrict__ lens, unsigned long long *__restrict__ counters,
