@@ -64,23 +64,15 @@ bool run_case(dsk_ctx *cpu, const Case &c, uint64_t seed) {
   unsigned long long cx = 0;
   int64_t cr = 0;
   const int64_t ratio = c.ratio > 0 ? c.ratio : 128;
-  /* the kernels, as dsk__cuda_slot_list_build launches them: the warp per
-   * row (4 warps per block), and the CTA per row (DSK_SLOTS_ROW_CTA: kSlU
-   * entries a thread, 32..256 threads) into outputs of their own */
-  const int warps = 4;
-  emu::launch((unsigned)((T + warps - 1) / warps), 1, 32 * warps, dummy_smem, sizeof dummy_smem, [&] {
-    slot_list_kernel((int)c.kind, T, req.data(), pos.data(), sm.data(), bt.data(), bs, c.rows, MB, P,
-                     listy ? idx.data() : nullptr, is, c.K, c.window, ratio, ox.data(), os, width, lx.data(), &cx);
-  });
-  std::vector<int32_t> oc((size_t)(T * os), poison), lc((size_t)T, poison);
-  unsigned long long cc = 0;
+  /* the kernel as dsk__cuda_slot_list_build launches it (a CTA per row,
+   * kSlU entries a thread, 32..256 threads) */
   int64_t nt = (width + kSlU - 1) / kSlU;
   nt = nt < 32 ? 32 : nt > 256 ? 256 : (nt + 31) / 32 * 32;
   /* a grid shorter than T for some cases: the CTAs loop over rows */
   const unsigned grid = (unsigned)(c.T > 24 ? 24 : c.T);
   emu::launch(grid, 1, (int)nt, dummy_smem, sizeof dummy_smem, [&] {
     slot_list_row_kernel((int)c.kind, T, req.data(), pos.data(), sm.data(), bt.data(), bs, c.rows, MB, P,
-                         listy ? idx.data() : nullptr, is, c.K, c.window, ratio, oc.data(), os, width, lc.data(), &cc);
+                         listy ? idx.data() : nullptr, is, c.K, c.window, ratio, ox.data(), os, width, lx.data(), &cx);
   });
   dsk_slot_list_desc d;
   memset(&d, 0, sizeof d);
@@ -110,20 +102,13 @@ bool run_case(dsk_ctx *cpu, const Case &c, uint64_t seed) {
   if (st != DSK_STATUS_OK) return false;
   const int64_t f0 = emu_test::fails();
   int64_t bad = 0, blen = 0, valid = 0;
-  int64_t bad_c = 0, blen_c = 0;
   for (size_t i = 0; i < ox.size(); i++) bad += ox[i] != orr[i];
   for (int64_t t = 0; t < T; t++) blen += lx[(size_t)t] != lr[(size_t)t];
-  for (size_t i = 0; i < oc.size(); i++) bad_c += oc[i] != orr[i];
-  for (int64_t t = 0; t < T; t++) blen_c += lc[(size_t)t] != lr[(size_t)t];
   for (int64_t t = 0; t < T; t++)
     for (int64_t k = 0; k < width; k++) valid += orr[(size_t)(t * os + k)] >= 0;
   EXPECT(bad == 0, "%s: %lld list entries differ from the CPU builder's", c.name, (long long)bad);
   EXPECT(blen == 0, "%s: %lld lengths differ", c.name, (long long)blen);
   EXPECT(cx == (unsigned long long)cr, "%s: counter %llu, CPU builder %lld", c.name, cx, (long long)cr);
-  EXPECT(bad_c == 0, "%s: CTA per row (%lld threads): %lld list entries differ from the CPU builder's", c.name,
-         (long long)nt, (long long)bad_c);
-  EXPECT(blen_c == 0, "%s: CTA per row: %lld lengths differ", c.name, (long long)blen_c);
-  EXPECT(cc == (unsigned long long)cr, "%s: CTA per row: counter %llu, CPU builder %lld", c.name, cc, (long long)cr);
   EXPECT(valid > 0, "%s: no valid slot in the lists (the case tests nothing)", c.name);
   printf("%-40s %4lld rows, %6lld valid slots, counter %llu, %3lld threads a row CTA: %s\n", c.name, (long long)T,
          (long long)valid, cx, (long long)nt, emu_test::fails() == f0 ? "ok" : "FAIL");

@@ -8,9 +8,9 @@
  * them), the one-CTA path of long rows, rows of <= 4096 ranked whole, the
  * shortcut, lens clamped both ways, ties, NaN / +-inf, and a row whose
  * candidates sit in one slice (its region overflows: the rank kernel
- * redoes the row). Built twice: with the slice kernel's register pass
- * (default) and with its cp.async ring (DSK_TOPK_STAGED=1, the
- * emu_topk_staged test). Not races or speed.
+ * redoes the row). Run twice: in the default schedule and, as
+ * emu_topk_warp, with each warp going as far as it can before the next
+ * (a missing block barrier then shows). Not speed.
  *
  * Data: normal scores with planted duplicates, +inf poison past each row's
  * length, the output pre-filled with a poison value and a stride gap that

@@ -540,8 +540,10 @@ __device__ void topk_filter(const TopkSmem &s, const float *row, const TkRange &
     /* unconditional loads (an index past the range reads the range's last
      * float4; idx < nv masks it below). Meant to put all kVU in flight at
      * once, they did not: ptxas still issues each after the previous one
-     * has been compared (device runs 32-33, ncu); topk_filter_staged's
-     * cp.async ring is the way round that */
+     * has been compared (device runs 32-33, ncu). A cp.async ring of
+     * four 16 KB stages through shared memory, built to get round that,
+     * gave no gain at T 64 and was 1.05-1.08x slower on some rows (device
+     * runs 39 and 42, docs/benchmarks.md) and was removed */
     float4 v[kVU];
     int64_t idx[kVU];
 #pragma unroll
@@ -572,78 +574,6 @@ __device__ void topk_filter(const TopkSmem &s, const float *row, const TkRange &
       }
     }
   }
-  tk_filter_edges(s, row, r, th, dst, cap);
-}
-
-/* The slice kernel's pass: topk_filter's selection, with the columns
- * streamed through shared memory by cp.async, kSStages stages of one
- * float4 a thread (16 KB a CTA) in a ring over the composites' region
- * (free in the slice kernel: its composites go to the workspace), so that
- * kSStages - 1 stages are always in flight. Each thread reads back only
- * the float4 it copied, so the ring needs no block barrier. The register
- * form (topk_filter) had one load a warp in flight: ptxas issued each of
- * its four loads after the previous one had been compared (device run 33,
- * ncu: the slice kernel at 40 % of DRAM bandwidth). Same selection, same
- * slot order (columns ascending within a thread's stage). All threads
- * call; the count is final after the caller's barrier. A build option
- * (DSK_TOPK_STAGED, default 0): device run 39 (H100, with the flat gather)
- * checked it clean but found no gain at T 64 (V3.2 at 128K 49.2 -> 48.9 us,
- * not the predicted ~38) and some T 64 rows 1.06x slower. */
-/* DSK_TOPK_FLAT_GATHER (compile-time, default 1 since device run 39,
- * 2026-12-07, H100: top-k T 1 at 128K 0.66-0.69x, docs/benchmarks.md): 1 =
- * the rank kernel gathers the slice regions as one flat range, all of a
- * thread's loads issued before its first store; 0 = the earlier loop per
- * region (a round trip each). */
-#ifndef DSK_TOPK_FLAT_GATHER
-#define DSK_TOPK_FLAT_GATHER 1
-#endif
-#ifndef DSK_TOPK_STAGED
-#define DSK_TOPK_STAGED 0 /* 1: the slice kernel streams its pass through shared memory (topk_filter_staged) */
-#endif
-constexpr int kSStages = 4;
-constexpr int kSPf = 16; /* L2 prefetch distance in stages (256 KB) */
-static_assert(kSStages * kKT * 16 <= kCandCap * 8, "the ring fits the composites' region");
-static_assert((kSStages & (kSStages - 1)) == 0, "a power-of-two ring");
-__device__ void topk_filter_staged(const TopkSmem &s, const float *row, const TkRange &r, const TkThresh &th,
-                                   unsigned long long *dst, uint32_t cap) {
-  const int tid = threadIdx.x;
-  float4 *ring = reinterpret_cast<float4 *>(s.cand);
-  const float4 *v4 = reinterpret_cast<const float4 *>(row + r.a4);
-  const int64_t nv = r.nv;
-  const int64_t nst = (nv + kKT - 1) / kKT;
-#pragma unroll
-  for (int st = 0; st < kSStages - 1; st++) {
-    const int64_t i = (int64_t)st * kKT + tid;
-    if (i < nv) dsk_ptx::cp_async16(ring + st * kKT + tid, v4 + i, true);
-    dsk_ptx::cp_async_commit();
-  }
-  for (int64_t st = 0; st < nst; st++) {
-    {
-      const int64_t sn = st + kSStages - 1, i = sn * kKT + tid;
-      if (i < nv) dsk_ptx::cp_async16(ring + (int)(sn & (kSStages - 1)) * kKT + tid, v4 + i, true);
-      dsk_ptx::cp_async_commit();
-      const int64_t l = (st + kSPf) * kKT + 8 * tid;
-      if (tid < kKT / 8 && l < nv) prefetch_l2(v4 + l);
-    }
-    dsk_ptx::cp_async_wait<kSStages - 1>(); /* this thread's copy of stage st has landed */
-    const int64_t i = st * kKT + tid;
-    const bool in = i < nv;
-    const float4 v = ring[(int)(st & (kSStages - 1)) * kKT + tid];
-    uint32_t hm = 0u;
-#pragma unroll
-    for (int c = 0; c < 4; c++)
-      if (in && (th.take_all || f4_comp(v, c) >= th.gf)) hm |= 1u << c;
-    const uint32_t cnt = (uint32_t)__popc(hm);
-    if (__any_sync(kFull, cnt != 0u)) {
-      uint32_t slot = warp_reserve(cnt, s.n);
-      for (uint32_t m = hm; m; m &= m - 1u) {
-        const int c = __ffs((int)m) - 1;
-        if (slot < cap) dst[slot] = composite(score_key(f4_comp(v, c)), r.a4 + 4 * i + c);
-        slot++;
-      }
-    }
-  }
-  dsk_ptx::cp_async_wait<0>(); /* only empty groups remain; nothing lands after the return */
   tk_filter_edges(s, row, r, th, dst, cap);
 }
 
@@ -679,8 +609,7 @@ __global__ void __launch_bounds__(kKT, 1) topk_slice_kernel(const TopkParams p) 
     const TkRange r = tk_range(row, a, b);
     tk_prefetch(row, r);
     const TkThresh th = topk_threshold(s, row, L, p.K);
-    if (DSK_TOPK_STAGED) topk_filter_staged(s, row, r, th, p.ws_cand + (t * p.P + i) * p.C, (uint32_t)p.C);
-    else topk_filter(s, row, r, th, p.ws_cand + (t * p.P + i) * p.C, (uint32_t)p.C);
+    topk_filter(s, row, r, th, p.ws_cand + (t * p.P + i) * p.C, (uint32_t)p.C);
     __syncthreads();
     if (threadIdx.x == 0) *cnt = *s.n;
   }
@@ -689,11 +618,7 @@ __global__ void __launch_bounds__(kKT, 1) topk_slice_kernel(const TopkParams p) 
 /* Top-k, one CTA per row (the final kernel of the multi-CTA path). */
 __global__ void __launch_bounds__(kKT, 1) topk_kernel(const TopkParams p) {
   extern __shared__ __align__(16) uint8_t tsm[];
-#if DSK_TOPK_FLAT_GATHER
   DSK_TOPK_SHARED uint32_t sh_warp[32], sh_pick[3], sh_red[8], sh_cnt[3], sh_slice[33], sh_over[1];
-#else
-  DSK_TOPK_SHARED uint32_t sh_warp[32], sh_pick[3], sh_red[8], sh_cnt[3], sh_slice[32], sh_ms[3];
-#endif
   TopkSmem s;
   topk_smem_init(s, tsm, sh_warp, sh_pick, sh_red, sh_cnt);
   const int tid = threadIdx.x;
@@ -725,9 +650,7 @@ __global__ void __launch_bounds__(kKT, 1) topk_kernel(const TopkParams p) {
     uint32_t ncand = 0u;
     if (p.P > 0) { /* the slice kernel filtered the row */
       dsk_ptx::pdl_wait(); /* its writes are visible */
-      /* the counts and the gather (both forms open the same two blocks,
-       * closed after the #endif) */
-#if DSK_TOPK_FLAT_GATHER
+      /* the counts (an exclusive scan over the slices) and the gather */
       if (tid < 32) { /* sh_slice[i] = the count of the slices before i (sh_slice[P] = the total) */
         const uint32_t c = tid < p.P ? p.ws_cnt[t * p.P + tid] : 0u;
         const bool over = tid < p.P && c > (uint32_t)p.C;
@@ -770,32 +693,6 @@ __global__ void __launch_bounds__(kKT, 1) topk_kernel(const TopkParams p) {
             const uint32_t j = (uint32_t)(tid + u * kKT);
             if (j < tot) s.cand[j] = g[u];
           }
-#else
-      if (tid < 32) {
-        const uint32_t c = tid < p.P ? p.ws_cnt[t * p.P + tid] : 0u;
-        const bool over = tid < p.P && c > (uint32_t)p.C;
-        sh_slice[tid] = c;
-        uint32_t tot = c;
-#pragma unroll
-        for (int o2 = 16; o2; o2 >>= 1) tot += __shfl_xor_sync(kFull, tot, o2);
-        const unsigned anyover = __ballot_sync(kFull, over);
-        if (tid == 0) {
-          sh_ms[0] = tot;
-          sh_ms[1] = anyover ? 1u : 0u;
-        }
-      }
-      __syncthreads();
-      const uint32_t tot = sh_ms[0];
-      if (!sh_ms[1]) { /* block-uniform: no slice overflowed its region */
-        if (tot >= (uint32_t)K && tot <= (uint32_t)kCandCap) {
-          uint32_t off = 0u;
-          for (int i = 0; i < p.P; i++) { /* the regions in slice order */
-            const uint32_t c = sh_slice[i];
-            const unsigned long long *src = p.ws_cand + (t * p.P + i) * p.C;
-            for (uint32_t j = tid; j < c; j += kKT) s.cand[off + j] = src[j];
-            off += c;
-          }
-#endif
           __syncthreads();
           ncand = tot;
           have = true;
