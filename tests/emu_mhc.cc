@@ -61,7 +61,8 @@ void upd(double *m, double v) {
 struct Case {
   const char *name;
   int64_t D, T, S;
-  int cfg;  /* 0 T1, 1 T4, 2 T8, 3 T16, 4 T32 (the projection configurations of mhc.cu) */
+  int cfg;  /* 0 T1, 1 T4, 2 T8, 3 T16, 4 T32 (the projection configurations of mhc.cu); 5 T16, 6 T32,
+             * 7 T8 with lane groups (DSK_MHC_LANE_GROUPS: 4 for 16-token warps, 2 for 8) */
   bool tf32;
   int pf;   /* finish prefetch depth: 2 or 4 */
   bool in_place;
@@ -70,16 +71,16 @@ struct Case {
   int sb;       /* finish loads in flight per lane (8 or 16); 0 = as mhc.cu picks for S */
 };
 
-template <int NOUT, int TW, int WG, int WT, int NSTG, bool POST = false>
+template <int NOUT, int TW, int WG, int WT, int NSTG, bool POST = false, int TG = 1>
 void project(const Case &c, const ProjParams &pp) {
   using Sh = ProjShape<NOUT, TW, WG, WT, NSTG, POST>;
   static_assert(Sh::SMEM <= (int)sizeof proj_smem, "projection ring larger than the emulation's buffer");
   const unsigned gx = (unsigned)((pp.T + Sh::TT - 1) / Sh::TT);
   emu::launch3(gx, (unsigned)c.S, kOutGroups / WG, Sh::NT, proj_smem, Sh::SMEM, [&] {
     if (c.tf32)
-      mhc_project_kernel<NOUT, TW, WG, WT, NSTG, true, POST>(pp);
+      mhc_project_kernel<NOUT, TW, WG, WT, NSTG, true, POST, TG>(pp);
     else
-      mhc_project_kernel<NOUT, TW, WG, WT, NSTG, false, POST>(pp);
+      mhc_project_kernel<NOUT, TW, WG, WT, NSTG, false, POST, TG>(pp);
   });
 }
 /* the fused post + prenorm in mhc.cu's configurations: 4-warp CTAs of 1,
@@ -91,7 +92,10 @@ void project_post(const Case &c, const ProjParams &pp) {
     case 1: project<DSK_MHC_MIX, 4, 4, 1, 4, true>(c, pp); break;
     case 2: project<DSK_MHC_MIX, 8, 4, 1, 4, true>(c, pp); break;
     case 3: project<DSK_MHC_MIX, 8, 4, 2, 3, true>(c, pp); break;
-    default: project<DSK_MHC_MIX, 8, 4, 2, 2, true>(c, pp); break;
+    case 4: project<DSK_MHC_MIX, 8, 4, 2, 2, true>(c, pp); break;
+    case 5: project<DSK_MHC_MIX, 8, 4, 2, 3, true, 2>(c, pp); break; /* lane groups */
+    case 6: project<DSK_MHC_MIX, 8, 4, 2, 2, true, 2>(c, pp); break;
+    default: project<DSK_MHC_MIX, 8, 4, 1, 4, true, 2>(c, pp); break;
   }
 }
 template <int NOUT>
@@ -101,7 +105,10 @@ void project_cfg(const Case &c, const ProjParams &pp) {
     case 1: project<NOUT, 4, 1, 1, 4>(c, pp); break;
     case 2: project<NOUT, 8, 1, 1, 4>(c, pp); break;
     case 3: project<NOUT, 16, 4, 1, 3>(c, pp); break;
-    default: project<NOUT, 16, 4, 2, 4>(c, pp); break;
+    case 4: project<NOUT, 16, 4, 2, 4>(c, pp); break;
+    case 5: project<NOUT, 16, 4, 1, 3, false, 4>(c, pp); break; /* T16, T32 and T8 with lane groups */
+    case 6: project<NOUT, 16, 4, 2, 4, false, 4>(c, pp); break;
+    default: project<NOUT, 8, 1, 1, 4, false, 2>(c, pp); break;
   }
 }
 template <int NOUT, bool NORM>
@@ -228,6 +235,21 @@ bool run_case(dsk_ctx *cpu, const Case &c, uint64_t seed) {
   hp.d = hpart.data();
   hp.q = hpart.data() + S * T * 4;
   project_cfg<4>(c, hp);
+  /* every configuration gives the bits of the one-token CTAs (the fixed
+   * summation order of mhc_kernels.cuh: a pinned S is batch-invariant) */
+  int64_t cbits = 0;
+  if (c.cfg != 0) {
+    std::vector<float> p1((size_t)(S * T * 25), nanf_), h1((size_t)(S * T * 5), nanf_);
+    ProjParams q1 = pp, g1 = hp;
+    q1.d = p1.data();
+    q1.q = p1.data() + S * T * DSK_MHC_MIX;
+    g1.d = h1.data();
+    g1.q = h1.data() + S * T * 4;
+    project<DSK_MHC_MIX, 1, 1, 1, 4>(c, q1);
+    project<4, 1, 1, 1, 4>(c, g1);
+    for (size_t i = 0; i < part.size(); i++) cbits += memcmp(&part[i], &p1[i], 4) != 0;
+    for (size_t i = 0; i < hpart.size(); i++) cbits += memcmp(&hpart[i], &h1[i], 4) != 0;
+  }
   finish<4, false>(c, finish_args(hp, hscale, hbase.data(), h.data()));
 
   /* the reference chain on the cpu-ref backend, S pinned */
@@ -339,6 +361,8 @@ bool run_case(dsk_ctx *cpu, const Case &c, uint64_t seed) {
       }
     }
   EXPECT(fbits == 0, "%s: fused post + prenorm: %lld values differ from post + prenorm", c.name, (long long)fbits);
+  EXPECT(cbits == 0, "%s: %lld partials (prenorm, head) differ from the one-token configuration's", c.name,
+         (long long)cbits);
   EXPECT(ef <= 1.0, "%s: fused R' at %.3f of its bound", c.name, ef);
   EXPECT(ep <= 1.0, "%s: fused partials at %.3f of their bound", c.name, ep);
   EXPECT(es <= tol_s, "%s: pre / post / C differ by %.3g (bound %.0e)", c.name, es, tol_s);
@@ -370,6 +394,12 @@ int main() {
       /* streams off the 64- and 128-column grids on the fused kernel's 4-column R' paths */
       {"T 1, S 5, D 1032, 4-column R' items", 1032, 1, 5, 0, false, 2, false, false, false, 0},
       {"T 3, S 3, D 200, 4-column R' items", 200, 3, 3, 1, false, 2, false, true, false, 0},
+      /* lane groups: partial token tiles, a split whose last stage has 64 of 128 columns */
+      {"T 20, S 2, 16-token CTAs, lane groups", 256, 20, 2, 5, false, 4, true, false, false, 0},
+      {"T 37, S 3 (704/704/640), 32-token lane groups, TF32", 512, 37, 3, 6, true, 2, false, true, false, 0},
+      {"T 16, S 8 (S_max), 16-token lane groups, s2 4", 512, 16, 8, 5, false, 2, false, false, true, 0},
+      {"T 7, S 3 (704/704/640), 8-token lane groups, TF32", 512, 7, 3, 7, true, 2, false, true, false, 0},
+      {"T 13, S 5, D 1032, 8-token lane groups", 1032, 13, 5, 7, false, 4, true, false, false, 0},
   };
   return emu_test::run_cases("emu_mhc", cases, 0x6d686300u, run_case);
 }

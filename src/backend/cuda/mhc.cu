@@ -137,12 +137,21 @@ int project_config(int64_t T, int64_t S, int sms, int64_t smem_limit) {
  * per stage would not fit. */
 using ShapePostT16 = ProjShape<DSK_MHC_MIX, 8, 4, 2, 3, true>;
 
-template <int NOUT, int TW, int WG, int WT, int NSTG, bool POST = false>
+/* DSK_MHC_LANE_GROUPS (compile time, default 0): 1 runs the projection's
+ * configurations of 16 tokens a warp with four lane groups and those of 8
+ * tokens a warp (T8, the fused post + prenorm's T <= 8 and PT16) with two
+ * (mhc_kernels.cuh, TG): the same bits, fewer cross-lane sums. */
+#ifndef DSK_MHC_LANE_GROUPS
+#define DSK_MHC_LANE_GROUPS 0
+#endif
+constexpr int proj_tg(int tw) { return !DSK_MHC_LANE_GROUPS ? 1 : tw >= 16 ? 4 : tw == 8 ? 2 : 1; }
+
+template <int NOUT, int TW, int WG, int WT, int NSTG, bool POST = false, int TG = 1>
 cudaError_t launch_project_cfg(bool tf32, cudaStream_t st, const ProjParams &pp, int64_t S) {
   using Sh = ProjShape<NOUT, TW, WG, WT, NSTG, POST>;
   const dim3 grid(dsk__ceil_div_u(pp.T, Sh::TT), (unsigned)S, kOutGroups / WG);
-  void (*kern)(const ProjParams) = tf32 ? mhc_project_kernel<NOUT, TW, WG, WT, NSTG, true, POST>
-                                        : mhc_project_kernel<NOUT, TW, WG, WT, NSTG, false, POST>;
+  void (*kern)(const ProjParams) = tf32 ? mhc_project_kernel<NOUT, TW, WG, WT, NSTG, true, POST, TG>
+                                        : mhc_project_kernel<NOUT, TW, WG, WT, NSTG, false, POST, TG>;
   cudaError_t e = smem_optin(kern, Sh::SMEM);
   if (e != cudaSuccess) return e;
   return dsk__launch_pdl(kern, grid, dim3(Sh::NT), (size_t)Sh::SMEM, st, pp);
@@ -164,19 +173,19 @@ cudaError_t launch_project(const dsk_ctx *ctx, bool tf32, cudaStream_t st, const
   switch (project_config(T, S, sms, dsk__cuda_state(ctx)->smem_optin)) {
     case kProjT1: return launch_project_cfg<NOUT, 1, 1, 1, 4>(tf32, st, pp, S);
     case kProjT4: return launch_project_cfg<NOUT, 4, 1, 1, 4>(tf32, st, pp, S);
-    case kProjT8: return launch_project_cfg<NOUT, 8, 1, 1, 4>(tf32, st, pp, S);
-    case kProjT16: return launch_project_cfg<NOUT, 16, 4, 1, 3>(tf32, st, pp, S);
-    default: return launch_project_cfg<NOUT, 16, 4, 2, 4>(tf32, st, pp, S);
+    case kProjT8: return launch_project_cfg<NOUT, 8, 1, 1, 4, false, proj_tg(8)>(tf32, st, pp, S);
+    case kProjT16: return launch_project_cfg<NOUT, 16, 4, 1, 3, false, proj_tg(16)>(tf32, st, pp, S);
+    default: return launch_project_cfg<NOUT, 16, 4, 2, 4, false, proj_tg(16)>(tf32, st, pp, S);
   }
 }
 
 cudaError_t launch_post_project(const dsk_ctx *ctx, bool tf32, cudaStream_t st, const ProjParams &pp, int64_t S) {
   if (pp.T == 1) return launch_project_cfg<DSK_MHC_MIX, 1, 4, 1, 4, true>(tf32, st, pp, S);
   if (pp.T <= 4) return launch_project_cfg<DSK_MHC_MIX, 4, 4, 1, 4, true>(tf32, st, pp, S);
-  if (pp.T <= 8) return launch_project_cfg<DSK_MHC_MIX, 8, 4, 1, 4, true>(tf32, st, pp, S);
+  if (pp.T <= 8) return launch_project_cfg<DSK_MHC_MIX, 8, 4, 1, 4, true, proj_tg(8)>(tf32, st, pp, S);
   if (ShapePostT16::SMEM + ShapePostT16::MIX_BYTES <= dsk__cuda_state(ctx)->smem_optin)
-    return launch_project_cfg<DSK_MHC_MIX, 8, 4, 2, 3, true>(tf32, st, pp, S);
-  return launch_project_cfg<DSK_MHC_MIX, 8, 4, 2, 2, true>(tf32, st, pp, S);
+    return launch_project_cfg<DSK_MHC_MIX, 8, 4, 2, 3, true, proj_tg(8)>(tf32, st, pp, S);
+  return launch_project_cfg<DSK_MHC_MIX, 8, 4, 2, 2, true, proj_tg(8)>(tf32, st, pp, S);
 }
 
 /* R vectors per stream and y thread loaded at entry: all of them for D <= 4096. */

@@ -9,6 +9,13 @@
  * DSK_MHC_STATIC = static (the emulation's __shared__ is empty). No inline
  * PTX here. */
 
+/* DSK_MHC_COPY_BASES (compile time, default 0): 1 forms the projection's
+ * cp.async addresses from per-thread bases (load_fn / load_x of
+ * mhc_project_kernel); the same copies. */
+#ifndef DSK_MHC_COPY_BASES
+#define DSK_MHC_COPY_BASES 0
+#endif
+
 /* projection */
 constexpr int kOutGroups = 4; /* output groups: group g owns outputs g*NOUT/4 .. (g+1)*NOUT/4 - 1 */
 constexpr int kRound = 128;   /* columns of one lane round (= one pipeline stage): 32 lanes x 4 */
@@ -104,6 +111,12 @@ __host__ __device__ constexpr int reduced_count(int n) {
     if (n % 2 == 0) n /= 2;
   return n;
 }
+/* the same from mask o0 down (xor_reduce<N, o0>) */
+__host__ __device__ constexpr int reduced_count_from(int n, int o0) {
+  for (int o = o0; o; o >>= 1)
+    if (n % 2 == 0) n /= 2;
+  return n;
+}
 
 /* ---------------------------------------------------------------- projection
  * CTA = split s (blockIdx.y) x TT = TW*WT consecutive tokens (blockIdx.x) x
@@ -164,11 +177,24 @@ struct ProjShape {
   static constexpr int MIX_BYTES = POST ? TT * kMixPerToken * 4 : 0; /* static shared memory */
 };
 
-template <int NOUT, int TW, int WG, int WT, int NSTG, bool TF32, bool POST = false>
+/* TG (lane groups; 1, 2 or 4): with TG = 1 lane l of a warp is the owner
+ * of the order above (columns 128 i + 4 l + c) and walks all TW tokens of
+ * its warp. With TG = 2 or 4 (DSK_MHC_LANE_GROUPS; TW a multiple of
+ * 4 TG) physical lane tg * LG + cl (LG = 32 / TG lanes a group) serves
+ * tokens tg * TL .. + TL - 1 (TL = TW / TG) and the TG owners cl + LG k,
+ * each with accumulators of its own: the same fmaf sequence per owner, so
+ * the same bits. The xor tree's steps at the masks of k's bits (16; or 16
+ * and 8) pair owners inside the lane (a0 + a1; (a0 + a2) + (a1 + a3)),
+ * the rest run across lanes (cl's bits) over 6 TL values, not 6 TW: for
+ * TW 16 and TG 4, 21 shuffles instead of 93. */
+template <int NOUT, int TW, int WG, int WT, int NSTG, bool TF32, bool POST = false, int TG = 1>
 __global__ void __launch_bounds__(32 * WG * WT) mhc_project_kernel(const ProjParams p) {
   using Sh = ProjShape<NOUT, TW, WG, WT, NSTG, POST>;
   constexpr int TN = Sh::TN, ROWS = Sh::ROWS, TT = Sh::TT, NT = Sh::NT;
-  constexpr int SQN = (TW + 3) / 4;          /* sums of squares per warp */
+  static_assert(TG == 1 || ((TG == 2 || TG == 4) && TW % (4 * TG) == 0), "lane groups: 4 TG-token warps");
+  constexpr int TL = TW / TG;                /* tokens per lane */
+  constexpr int LG = 32 / TG;                /* lanes per group */
+  constexpr int SQN = TG == 1 ? (TW + 3) / 4 : TG * (TL / 4); /* sums of squares per lane (TG > 1: per owner k) */
   constexpr int FN_N = ROWS * (kRound / 4);  /* 16-byte fn copies per stage */
   constexpr int X_N = TT * (kRound / 8);     /* 16-byte x copies per stage */
   constexpr int FN_CP = (FN_N + NT - 1) / NT;
@@ -197,9 +223,29 @@ __global__ void __launch_bounds__(32 * WG * WT) mhc_project_kernel(const ProjPar
    * split's width (rem, a multiple of 32) and of tokens past T are not
    * issued, and nothing reads those smem words */
   const float *fnb = p.fn + (int64_t)blockIdx.z * ROWS * p.nD + kb; /* the CTA's first fn row */
+  /* DSK_MHC_COPY_BASES: copy f of a thread is row (tid >> 5) + f NT/32 of
+   * the fn rows (column chunk tid & 31, the same for every f) and token
+   * (tid >> 4) + k NT/16 of x (chunk tid & 15): per-thread bases formed
+   * once, a stride per copy, one column test per stage; else each copy's
+   * row, chunk and address are formed from u = tid + f NT (the same
+   * copies either way). The plain projection only: with POST's x copies
+   * as they were, its fn copies from bases measured 1.02-1.03x slower at
+   * T 16 (device run 43) */
+  const int fc4 = tid & 31, fr0 = tid >> 5, xc8 = tid & 15, xm0 = tid >> 4;
+  const float *fsrc0 = fnb + (int64_t)fr0 * p.nD + 4 * fc4;
+  const int64_t fstep = (int64_t)(NT / 32) * p.nD;
   auto load_fn = [&](int st) {
     float *dst = reinterpret_cast<float *>(proj_smem + (st % NSTG) * Sh::STAGE);
     const int col0 = st * kRound, rem = width - col0;
+    if constexpr (DSK_MHC_COPY_BASES != 0 && !POST) {
+      if (4 * fc4 < rem) {
+#pragma unroll
+        for (int f = 0; f < FN_CP; f++)
+          if ((FN_N % NT == 0 && f < FN_N / NT) || fr0 + f * (NT / 32) < ROWS)
+            cp_async16(dst + (fr0 + f * (NT / 32)) * kRound + 4 * fc4, fsrc0 + f * fstep + col0);
+      }
+      return;
+    }
 #pragma unroll
     for (int f = 0; f < FN_CP; f++) {
       const int u = tid + f * NT;
@@ -208,9 +254,22 @@ __global__ void __launch_bounds__(32 * WG * WT) mhc_project_kernel(const ProjPar
     }
   };
   const uint16_t *Rb = p.R + t0 * p.R_stride + kb;
+  const uint16_t *xsrc0 = Rb + (int64_t)xm0 * p.R_stride + 8 * xc8;
+  const int64_t xstep = (int64_t)(NT / 16) * p.R_stride;
   auto load_x = [&](int st) {
     uint16_t *dst = reinterpret_cast<uint16_t *>(proj_smem + (st % NSTG) * Sh::STAGE + Sh::FN_BYTES);
     const int col0 = st * kRound, rem = width - col0;
+    if constexpr (DSK_MHC_COPY_BASES != 0 && !POST) {
+      if (8 * xc8 < rem) {
+#pragma unroll
+        for (int k = 0; k < X_CP; k++) {
+          const int m = xm0 + k * (NT / 16);
+          if (((X_N % NT == 0 && k < X_N / NT) || m < TT) && m < ntok)
+            cp_async16(dst + m * kRound + 8 * xc8, xsrc0 + k * xstep + col0);
+        }
+      }
+      return;
+    }
 #pragma unroll
     for (int k = 0; k < X_CP; k++) {
       const int u = tid + k * NT;
@@ -296,6 +355,14 @@ __global__ void __launch_bounds__(32 * WG * WT) mhc_project_kernel(const ProjPar
     }
   };
 
+  if constexpr (TG > 1) { /* rows of tokens past T (x, or POST's slot 0): zeros (read, never stored); nothing else writes them */
+    if (ntok < TT)
+      for (int u = tid; u < NSTG * (TT - ntok) * (kRound / 8); u += NT) {
+        const int b = u / ((TT - ntok) * (kRound / 8)), v = u - b * ((TT - ntok) * (kRound / 8));
+        uint4 *dst = reinterpret_cast<uint4 *>(proj_smem + b * Sh::STAGE + Sh::FN_BYTES) + (ntok + v / (kRound / 8)) * (kRound / 8) + v % (kRound / 8);
+        *dst = make_uint4(0u, 0u, 0u, 0u);
+      }
+  }
   /* prologue: fn of stages 0..NSTG-2 before the wait, then their x; group k
    * holds x of stage k (group 0 also all the prologue fn copies) */
 #pragma unroll
@@ -317,10 +384,10 @@ __global__ void __launch_bounds__(32 * WG * WT) mhc_project_kernel(const ProjPar
     __syncthreads();
   }
 
-  float acc[TW * TN];
+  float acc[TL * TN * TG];
   float sq[SQN];
 #pragma unroll
-  for (int i = 0; i < TW * TN; i++) acc[i] = 0.f;
+  for (int i = 0; i < TL * TN * TG; i++) acc[i] = 0.f;
 #pragma unroll
   for (int i = 0; i < SQN; i++) sq[i] = 0.f;
 
@@ -336,7 +403,40 @@ __global__ void __launch_bounds__(32 * WG * WT) mhc_project_kernel(const ProjPar
     const unsigned char *sb = proj_smem + (st % NSTG) * Sh::STAGE;
     const float *fs = reinterpret_cast<const float *>(sb);
     const uint16_t *xs = reinterpret_cast<const uint16_t *>(sb + Sh::FN_BYTES);
-    if (4 * lane < width - st * kRound) { /* lane-divergent; no shuffles or barriers inside */
+    if constexpr (TG > 1) {
+      const int tg = lane / LG, cl = lane % LG, rem = width - st * kRound;
+#pragma unroll
+      for (int k = 0; k < TG; k++) {
+        const int col = 4 * (cl + LG * k);
+        if (col < rem) { /* owner cl + LG k has columns in this stage (TG 4: warp-uniform, rem being a multiple of 32) */
+          float w[TN][4];
+#pragma unroll
+          for (int jj = 0; jj < TN; jj++) {
+            const float4 f4 = *reinterpret_cast<const float4 *>(fs + (gl * TN + jj) * kRound + col);
+            w[jj][0] = f4.x; w[jj][1] = f4.y; w[jj][2] = f4.z; w[jj][3] = f4.w;
+            if (TF32) {
+#pragma unroll
+              for (int c = 0; c < 4; c++) w[jj][c] = tf32_rna(w[jj][c]);
+            }
+          }
+#pragma unroll
+          for (int ml = 0; ml < TL; ml++) {
+            const int m = tg * TL + ml; /* token within the warp's TW; rows past ntok hold zeros */
+            const uint2 xv = *reinterpret_cast<const uint2 *>(xs + (h * TW + m) * kRound + col);
+            const float x[4] = {bf16_lo(xv.x), bf16_hi(xv.x), bf16_lo(xv.y), bf16_hi(xv.y)};
+            if ((ml & 3) == g) { /* (m & 3) == g: TL is a multiple of 4; warp-uniform */
+#pragma unroll
+              for (int c = 0; c < 4; c++) sq[TG * (ml >> 2) + k] = fmaf(x[c], x[c], sq[TG * (ml >> 2) + k]);
+            }
+#pragma unroll
+            for (int jj = 0; jj < TN; jj++) {
+#pragma unroll
+              for (int c = 0; c < 4; c++) acc[(ml * TN + jj) * TG + k] = fmaf(w[jj][c], x[c], acc[(ml * TN + jj) * TG + k]);
+            }
+          }
+        }
+      }
+    } else if (4 * lane < width - st * kRound) { /* lane-divergent; no shuffles or barriers inside */
       float w[TN][4];
 #pragma unroll
       for (int jj = 0; jj < TN; jj++) {
@@ -368,6 +468,41 @@ __global__ void __launch_bounds__(32 * WG * WT) mhc_project_kernel(const ProjPar
   }
   cp_async_wait<0>(); /* only empty groups can be pending here */
 
+  if constexpr (TG > 1) {
+    /* the tree's steps at the masks of k's bits inside the lane, then LG / 2 .. 1 across */
+    const int tg = lane / LG;
+    auto fold = [](const float *a) { return TG == 4 ? (a[0] + a[2]) + (a[1] + a[3]) : a[0] + a[1]; };
+    float v[TL * TN];
+#pragma unroll
+    for (int i = 0; i < TL * TN; i++) v[i] = fold(acc + TG * i);
+    int off = 0, dup = 0;
+    xor_reduce<TL * TN, LG / 2>(v, lane, off, dup);
+    constexpr int NF = reduced_count_from(TL * TN, LG / 2);
+    if ((lane & dup) == 0) {
+#pragma unroll
+      for (int i = 0; i < NF; i++) {
+        const int u = off + i, ml = u / TN, jj = u - ml * TN;
+        const int mt = h * TW + tg * TL + ml;
+        if (mt < ntok) p.d[(s * p.T + t0 + mt) * NOUT + g * TN + jj] = v[i];
+      }
+    }
+    if (g < TW) { /* every warp: a lane's tokens tg TL + ml with ml & 3 == g */
+      float vq[TL / 4];
+#pragma unroll
+      for (int i = 0; i < TL / 4; i++) vq[i] = fold(sq + TG * i);
+      int offq = 0, dupq = 0;
+      xor_reduce<TL / 4, LG / 2>(vq, lane, offq, dupq);
+      constexpr int NQ = reduced_count_from(TL / 4, LG / 2);
+      if ((lane & dupq) == 0) {
+#pragma unroll
+        for (int i = 0; i < NQ; i++) {
+          const int mt = h * TW + tg * TL + 4 * (offq + i) + g;
+          if (mt < ntok) p.q[s * p.T + t0 + mt] = vq[i];
+        }
+      }
+    }
+    return;
+  }
   /* cross-lane sums, then the stores (every lane reaches here) */
   int off = 0, dup = 0;
   xor_reduce<TW * TN, 16>(acc, lane, off, dup);
