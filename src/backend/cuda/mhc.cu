@@ -137,14 +137,19 @@ int project_config(int64_t T, int64_t S, int sms, int64_t smem_limit) {
  * per stage would not fit. */
 using ShapePostT16 = ProjShape<DSK_MHC_MIX, 8, 4, 2, 3, true>;
 
-/* DSK_MHC_LANE_GROUPS (compile time, default 0): 1 runs the projection's
- * configurations of 16 tokens a warp with four lane groups and those of 8
- * tokens a warp (T8, the fused post + prenorm's T <= 8 and PT16) with two
- * (mhc_kernels.cuh, TG): the same bits, fewer cross-lane sums. */
+/* DSK_MHC_LANE_GROUPS (compile time, default 1 since device run 43,
+ * 2026-12-07, H100: prenorm at T 64 0.91x on DSv4-Flash, 0.89x on
+ * DSv4-Pro; docs/benchmarks.md): 1 runs the projection's configurations
+ * of 16 tokens a warp (T16, T32) with four lane groups (mhc_kernels.cuh,
+ * TG); 2 also those of 8 tokens a warp (T8, the fused post + prenorm's
+ * T <= 8 and PT16) with two; 0 none. The same bits, fewer cross-lane
+ * sums. */
 #ifndef DSK_MHC_LANE_GROUPS
-#define DSK_MHC_LANE_GROUPS 0
+#define DSK_MHC_LANE_GROUPS 1
 #endif
-constexpr int proj_tg(int tw) { return !DSK_MHC_LANE_GROUPS ? 1 : tw >= 16 ? 4 : tw == 8 ? 2 : 1; }
+constexpr int proj_tg(int tw) {
+  return DSK_MHC_LANE_GROUPS >= 1 && tw >= 16 ? 4 : DSK_MHC_LANE_GROUPS >= 2 && tw == 8 ? 2 : 1;
+}
 
 template <int NOUT, int TW, int WG, int WT, int NSTG, bool POST = false, int TG = 1>
 cudaError_t launch_project_cfg(bool tf32, cudaStream_t st, const ProjParams &pp, int64_t S) {

@@ -9,13 +9,6 @@
  * DSK_MHC_STATIC = static (the emulation's __shared__ is empty). No inline
  * PTX here. */
 
-/* DSK_MHC_COPY_BASES (compile time, default 0): 1 forms the projection's
- * cp.async addresses from per-thread bases (load_fn / load_x of
- * mhc_project_kernel); the same copies. */
-#ifndef DSK_MHC_COPY_BASES
-#define DSK_MHC_COPY_BASES 0
-#endif
-
 /* projection */
 constexpr int kOutGroups = 4; /* output groups: group g owns outputs g*NOUT/4 .. (g+1)*NOUT/4 - 1 */
 constexpr int kRound = 128;   /* columns of one lane round (= one pipeline stage): 32 lanes x 4 */
@@ -223,21 +216,21 @@ __global__ void __launch_bounds__(32 * WG * WT) mhc_project_kernel(const ProjPar
    * split's width (rem, a multiple of 32) and of tokens past T are not
    * issued, and nothing reads those smem words */
   const float *fnb = p.fn + (int64_t)blockIdx.z * ROWS * p.nD + kb; /* the CTA's first fn row */
-  /* DSK_MHC_COPY_BASES: copy f of a thread is row (tid >> 5) + f NT/32 of
-   * the fn rows (column chunk tid & 31, the same for every f) and token
-   * (tid >> 4) + k NT/16 of x (chunk tid & 15): per-thread bases formed
-   * once, a stride per copy, one column test per stage; else each copy's
-   * row, chunk and address are formed from u = tid + f NT (the same
-   * copies either way). The plain projection only: with POST's x copies
-   * as they were, its fn copies from bases measured 1.02-1.03x slower at
-   * T 16 (device run 43) */
+  /* The plain projection's copies from per-thread bases: copy f of a
+   * thread is row (tid >> 5) + f NT/32 of the fn rows (column chunk
+   * tid & 31, the same for every f) and token (tid >> 4) + k NT/16 of x
+   * (chunk tid & 15): bases formed once, a stride per copy, one column
+   * test per stage (device run 43: with the lane groups, prenorm at T 64
+   * 0.95 -> 0.91x of the earlier form on DSv4-Flash). POST forms each
+   * copy's row, chunk and address from u = tid + f NT (the same copies):
+   * its fn copies from bases measured 1.02-1.03x slower at T 16. */
   const int fc4 = tid & 31, fr0 = tid >> 5, xc8 = tid & 15, xm0 = tid >> 4;
   const float *fsrc0 = fnb + (int64_t)fr0 * p.nD + 4 * fc4;
   const int64_t fstep = (int64_t)(NT / 32) * p.nD;
   auto load_fn = [&](int st) {
     float *dst = reinterpret_cast<float *>(proj_smem + (st % NSTG) * Sh::STAGE);
     const int col0 = st * kRound, rem = width - col0;
-    if constexpr (DSK_MHC_COPY_BASES != 0 && !POST) {
+    if constexpr (!POST) {
       if (4 * fc4 < rem) {
 #pragma unroll
         for (int f = 0; f < FN_CP; f++)
@@ -259,7 +252,7 @@ __global__ void __launch_bounds__(32 * WG * WT) mhc_project_kernel(const ProjPar
   auto load_x = [&](int st) {
     uint16_t *dst = reinterpret_cast<uint16_t *>(proj_smem + (st % NSTG) * Sh::STAGE + Sh::FN_BYTES);
     const int col0 = st * kRound, rem = width - col0;
-    if constexpr (DSK_MHC_COPY_BASES != 0 && !POST) {
+    if constexpr (!POST) {
       if (8 * xc8 < rem) {
 #pragma unroll
         for (int k = 0; k < X_CP; k++) {
@@ -408,7 +401,7 @@ __global__ void __launch_bounds__(32 * WG * WT) mhc_project_kernel(const ProjPar
 #pragma unroll
       for (int k = 0; k < TG; k++) {
         const int col = 4 * (cl + LG * k);
-        if (col < rem) { /* owner cl + LG k has columns in this stage (TG 4: warp-uniform, rem being a multiple of 32) */
+        if (TG == 4 ? 32 * k < rem : col < rem) { /* owner cl + LG k has columns in this stage (TG 4: warp-uniform, rem being a multiple of 32) */
           float w[TN][4];
 #pragma unroll
           for (int jj = 0; jj < TN; jj++) {
