@@ -137,18 +137,22 @@ int project_config(int64_t T, int64_t S, int sms, int64_t smem_limit) {
  * per stage would not fit. */
 using ShapePostT16 = ProjShape<DSK_MHC_MIX, 8, 4, 2, 3, true>;
 
-/* DSK_MHC_LANE_GROUPS (compile time, default 1 since device run 43,
- * 2026-12-07, H100: prenorm at T 64 0.91x on DSv4-Flash, 0.89x on
- * DSv4-Pro; docs/benchmarks.md): 1 runs the projection's configurations
- * of 16 tokens a warp (T16, T32) with four lane groups (mhc_kernels.cuh,
- * TG); 2 also those of 8 tokens a warp (T8, the fused post + prenorm's
- * T <= 8 and PT16) with two; 0 none. The same bits, fewer cross-lane
- * sums. */
+/* DSK_MHC_LANE_GROUPS (compile time; docs/benchmarks.md, mHC v6): the
+ * projection's warps in lane groups (mhc_kernels.cuh, TG; the same bits,
+ * fewer cross-lane sums). 0 none; 1 the plain projection's 16-token warps
+ * (T16, T32) in four groups (device run 43, H100: prenorm at T 64 0.91x
+ * on DSv4-Flash, 0.89x on DSv4-Pro); 2 (default) also its 8-token warps
+ * (T8) in two (device run 44: prenorm at T 16 0.94-0.95x, head
+ * 0.92-0.94x); 3 also the fused post + prenorm's 8-token warps (T <= 8
+ * and PT16; run 44: the fused sublayer at T 16 0.98-0.99x but DSv4-Pro's
+ * at T 64 1.03x slower, so it stays off). */
 #ifndef DSK_MHC_LANE_GROUPS
-#define DSK_MHC_LANE_GROUPS 1
+#define DSK_MHC_LANE_GROUPS 2
 #endif
-constexpr int proj_tg(int tw) {
-  return DSK_MHC_LANE_GROUPS >= 1 && tw >= 16 ? 4 : DSK_MHC_LANE_GROUPS >= 2 && tw == 8 ? 2 : 1;
+constexpr int proj_tg(int tw, bool post = false) {
+  return DSK_MHC_LANE_GROUPS >= 1 && tw >= 16 && !post                                  ? 4
+         : tw == 8 && (post ? DSK_MHC_LANE_GROUPS >= 3 : DSK_MHC_LANE_GROUPS >= 2) ? 2
+                                                                                   : 1;
 }
 
 template <int NOUT, int TW, int WG, int WT, int NSTG, bool POST = false, int TG = 1>
@@ -187,10 +191,10 @@ cudaError_t launch_project(const dsk_ctx *ctx, bool tf32, cudaStream_t st, const
 cudaError_t launch_post_project(const dsk_ctx *ctx, bool tf32, cudaStream_t st, const ProjParams &pp, int64_t S) {
   if (pp.T == 1) return launch_project_cfg<DSK_MHC_MIX, 1, 4, 1, 4, true>(tf32, st, pp, S);
   if (pp.T <= 4) return launch_project_cfg<DSK_MHC_MIX, 4, 4, 1, 4, true>(tf32, st, pp, S);
-  if (pp.T <= 8) return launch_project_cfg<DSK_MHC_MIX, 8, 4, 1, 4, true, proj_tg(8)>(tf32, st, pp, S);
+  if (pp.T <= 8) return launch_project_cfg<DSK_MHC_MIX, 8, 4, 1, 4, true, proj_tg(8, true)>(tf32, st, pp, S);
   if (ShapePostT16::SMEM + ShapePostT16::MIX_BYTES <= dsk__cuda_state(ctx)->smem_optin)
-    return launch_project_cfg<DSK_MHC_MIX, 8, 4, 2, 3, true, proj_tg(8)>(tf32, st, pp, S);
-  return launch_project_cfg<DSK_MHC_MIX, 8, 4, 2, 2, true, proj_tg(8)>(tf32, st, pp, S);
+    return launch_project_cfg<DSK_MHC_MIX, 8, 4, 2, 3, true, proj_tg(8, true)>(tf32, st, pp, S);
+  return launch_project_cfg<DSK_MHC_MIX, 8, 4, 2, 2, true, proj_tg(8, true)>(tf32, st, pp, S);
 }
 
 /* R vectors per stream and y thread loaded at entry: all of them for D <= 4096. */
