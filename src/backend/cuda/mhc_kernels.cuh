@@ -237,13 +237,13 @@ __global__ void __launch_bounds__(32 * WG * WT) mhc_project_kernel(const ProjPar
           if ((FN_N % NT == 0 && f < FN_N / NT) || fr0 + f * (NT / 32) < ROWS)
             cp_async16(dst + (fr0 + f * (NT / 32)) * kRound + 4 * fc4, fsrc0 + f * fstep + col0);
       }
-      return;
-    }
+    } else {
 #pragma unroll
-    for (int f = 0; f < FN_CP; f++) {
-      const int u = tid + f * NT;
-      const int row = u >> 5, c4 = u & 31;
-      if (u < FN_N && 4 * c4 < rem) cp_async16(dst + row * kRound + 4 * c4, fnb + row * p.nD + col0 + 4 * c4);
+      for (int f = 0; f < FN_CP; f++) {
+        const int u = tid + f * NT;
+        const int row = u >> 5, c4 = u & 31;
+        if (u < FN_N && 4 * c4 < rem) cp_async16(dst + row * kRound + 4 * c4, fnb + row * p.nD + col0 + 4 * c4);
+      }
     }
   };
   const uint16_t *Rb = p.R + t0 * p.R_stride + kb;
@@ -261,21 +261,17 @@ __global__ void __launch_bounds__(32 * WG * WT) mhc_project_kernel(const ProjPar
             cp_async16(dst + m * kRound + 8 * xc8, xsrc0 + k * xstep + col0);
         }
       }
-      return;
-    }
+    } else {
 #pragma unroll
-    for (int k = 0; k < X_CP; k++) {
-      const int u = tid + k * NT;
-      const int m = u >> 4, c8 = u & 15;
-      if (u < X_N && m < ntok && 8 * c8 < rem) {
-        if constexpr (POST) { /* the four streams and out at element e of column c */
+      for (int k = 0; k < X_CP; k++) {
+        const int u = tid + k * NT;
+        const int m = u >> 4, c8 = u & 15;
+        if (u < X_N && m < ntok && 8 * c8 < rem) { /* the four streams and out at element e of column c */
           const int c = (int)kb + col0 + 8 * c8, j = c / (int)p.D, e = c - j * (int)p.D; /* nD < 2^17 */
           const uint16_t *src = p.R + (t0 + m) * p.R_stride + e;
 #pragma unroll
           for (int i = 0; i < 4; i++) cp_async16(dst + i * Sh::X_SLOT + m * kRound + 8 * c8, src + i * p.D);
           cp_async16(dst + 4 * Sh::X_SLOT + m * kRound + 8 * c8, p.out + (t0 + m) * p.out_stride + e);
-        } else {
-          cp_async16(dst + m * kRound + 8 * c8, Rb + m * p.R_stride + col0 + 8 * c8);
         }
       }
     }
