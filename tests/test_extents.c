@@ -57,25 +57,21 @@ static void slot_case(tu_rng *rng, int iter, int *ok_calls, int *err_calls, int 
   d.out_stride = w + tu_int(rng, 0, 3);
   const int with_lens = tu_int(rng, 0, 1), with_cnt = tu_int(rng, 0, 1);
   /* mutations */
-  int mutated = 0;
-  if (tu_int(rng, 0, 2) == 0 || iter % 5 == 0) {
-    const int n = tu_int(rng, 1, 2);
-    for (int m = 0; m < n; m++) {
-      mutated = 1;
-      switch (tu_int(rng, 0, 11)) {
-        case 0: d.T = wild(rng, d.T); break;
-        case 1: d.K = wild(rng, d.K); break;
-        case 2: d.idx_stride = wild(rng, d.idx_stride); break;
-        case 3: d.width = wild(rng, d.width); break;
-        case 4: d.out_stride = wild(rng, d.out_stride); break;
-        case 5: d.pbs = wild(rng, d.pbs); break;
-        case 6: d.block_table.rows = wild(rng, d.block_table.rows); break;
-        case 7: d.block_table.max_blocks = wild(rng, d.block_table.max_blocks); break;
-        case 8: d.block_table.stride = wild(rng, d.block_table.stride); break;
-        case 9: d.window = wild(rng, d.window); break;
-        case 10: d.ratio = wild(rng, d.ratio); break;
-        default: d.kind = (dsk_slot_list_kind)tu_int(rng, -1, 6); break;
-      }
+  const int n_mut = mutation_count(rng, iter), mutated = n_mut > 0;
+  for (int m = 0; m < n_mut; m++) {
+    switch (tu_int(rng, 0, 11)) {
+      case 0: d.T = wild(rng, d.T); break;
+      case 1: d.K = wild(rng, d.K); break;
+      case 2: d.idx_stride = wild(rng, d.idx_stride); break;
+      case 3: d.width = wild(rng, d.width); break;
+      case 4: d.out_stride = wild(rng, d.out_stride); break;
+      case 5: d.pbs = wild(rng, d.pbs); break;
+      case 6: d.block_table.rows = wild(rng, d.block_table.rows); break;
+      case 7: d.block_table.max_blocks = wild(rng, d.block_table.max_blocks); break;
+      case 8: d.block_table.stride = wild(rng, d.block_table.stride); break;
+      case 9: d.window = wild(rng, d.window); break;
+      case 10: d.ratio = wild(rng, d.ratio); break;
+      default: d.kind = (dsk_slot_list_kind)tu_int(rng, -1, 6); break;
     }
   }
   /* the extents this descriptor implies (the kind as given: an unknown
@@ -175,19 +171,15 @@ static void topk_case(tu_rng *rng, int iter, int *ok_calls, int *err_calls, int 
   d.out_stride_t = d.K + tu_int(rng, 0, 3);
   d.no_shortcut = tu_int(rng, 0, 1);
   const int with_lens = tu_int(rng, 0, 1), with_cnt = tu_int(rng, 0, 1);
-  int mutated = 0;
-  if (tu_int(rng, 0, 2) == 0 || iter % 5 == 0) {
-    const int n = tu_int(rng, 1, 2);
-    for (int m = 0; m < n; m++) {
-      mutated = 1;
-      switch (tu_int(rng, 0, 5)) {
-        case 0: d.T = wild(rng, d.T); break;
-        case 1: d.width = wild(rng, d.width); break;
-        case 2: d.scores_stride_t = wild(rng, d.scores_stride_t); break;
-        case 3: d.K = wild(rng, d.K); break;
-        case 4: d.out_stride_t = wild(rng, d.out_stride_t); break;
-        default: d.no_shortcut = (int)wild(rng, 1); break;
-      }
+  const int n_mut = mutation_count(rng, iter), mutated = n_mut > 0;
+  for (int m = 0; m < n_mut; m++) {
+    switch (tu_int(rng, 0, 5)) {
+      case 0: d.T = wild(rng, d.T); break;
+      case 1: d.width = wild(rng, d.width); break;
+      case 2: d.scores_stride_t = wild(rng, d.scores_stride_t); break;
+      case 3: d.K = wild(rng, d.K); break;
+      case 4: d.out_stride_t = wild(rng, d.out_stride_t); break;
+      default: d.no_shortcut = (int)wild(rng, 1); break;
     }
   }
   const int64_t n_T = d.T < 0 ? SPAN_BAD : d.T > BIG_ITEMS ? SPAN_BIG : d.T;
@@ -292,30 +284,26 @@ static void mla_case(tu_rng *rng, int iter, int *ok_calls, int *err_calls, int *
     d.lse_stride_h = 1;
     d.lse_stride_t = d.H + tu_int(rng, 0, 2);
   }
-  int mutated = 0;
-  if (tu_int(rng, 0, 2) == 0 || iter % 5 == 0) {
-    const int n = tu_int(rng, 1, 2);
-    for (int m = 0; m < n; m++) {
-      mutated = 1;
-      const int sg = tu_int(rng, 0, 1);
-      switch (tu_int(rng, 0, 15)) {
-        case 0: d.T = wild(rng, d.T); break;
-        case 1: d.H = wild(rng, d.H); break;
-        case 2: d.q_stride_t = wild(rng, d.q_stride_t); break;
-        case 3: d.q_stride_h = wild(rng, d.q_stride_h); break;
-        case 4: d.out_stride_t = wild(rng, d.out_stride_t); break;
-        case 5: d.out_stride_h = wild(rng, d.out_stride_h); break;
-        case 6: d.lse_stride_t = wild(rng, d.lse_stride_t); break;
-        case 7: d.lse_stride_h = wild(rng, d.lse_stride_h); break;
-        case 8: d.seg[sg].width = wild(rng, d.seg[sg].width); break;
-        case 9: d.seg[sg].slots_stride_t = wild(rng, d.seg[sg].slots_stride_t); break;
-        case 10: d.seg[sg].cache.pbs = wild(rng, d.seg[sg].cache.pbs); break;
-        case 11: d.seg[sg].cache.page_stride = wild(rng, d.seg[sg].cache.page_stride); break;
-        case 12: d.seg[sg].cache.num_pages = wild(rng, d.seg[sg].cache.num_pages); break;
-        case 13: d.nseg = (int)tu_int(rng, -1, 3); break;
-        case 14: d.format = (dsk_kv_format)tu_int(rng, 0, 4); break;
-        default: d.sm_scale = tu_int(rng, 0, 1) ? NAN : -1.f; break;
-      }
+  const int n_mut = mutation_count(rng, iter), mutated = n_mut > 0;
+  for (int m = 0; m < n_mut; m++) {
+    const int sg = tu_int(rng, 0, 1);
+    switch (tu_int(rng, 0, 15)) {
+      case 0: d.T = wild(rng, d.T); break;
+      case 1: d.H = wild(rng, d.H); break;
+      case 2: d.q_stride_t = wild(rng, d.q_stride_t); break;
+      case 3: d.q_stride_h = wild(rng, d.q_stride_h); break;
+      case 4: d.out_stride_t = wild(rng, d.out_stride_t); break;
+      case 5: d.out_stride_h = wild(rng, d.out_stride_h); break;
+      case 6: d.lse_stride_t = wild(rng, d.lse_stride_t); break;
+      case 7: d.lse_stride_h = wild(rng, d.lse_stride_h); break;
+      case 8: d.seg[sg].width = wild(rng, d.seg[sg].width); break;
+      case 9: d.seg[sg].slots_stride_t = wild(rng, d.seg[sg].slots_stride_t); break;
+      case 10: d.seg[sg].cache.pbs = wild(rng, d.seg[sg].cache.pbs); break;
+      case 11: d.seg[sg].cache.page_stride = wild(rng, d.seg[sg].cache.page_stride); break;
+      case 12: d.seg[sg].cache.num_pages = wild(rng, d.seg[sg].cache.num_pages); break;
+      case 13: d.nseg = (int)tu_int(rng, -1, 3); break;
+      case 14: d.format = (dsk_kv_format)tu_int(rng, 0, 4); break;
+      default: d.sm_scale = tu_int(rng, 0, 1) ? NAN : -1.f; break;
     }
   }
   const int known = d.format == DSK_KV_FORMAT_A656 || d.format == DSK_KV_FORMAT_B584;

@@ -58,19 +58,15 @@ static void kv_case(tu_rng *rng, int iter, int *ok_calls, int *err_calls, int *s
   rand_cache(&c, rng, f);
   const int64_t ld = dsk_kv_latent_dim(f), dim = dsk_kv_dim(f);
   int64_t lst = ld + 8 * tu_int(rng, 0, 1), rst = 64 + 8 * tu_int(rng, 0, 1), ost = dim + tu_int(rng, 0, 3);
-  int mutated = 0;
-  if (tu_int(rng, 0, 2) == 0 || iter % 5 == 0) {
-    const int n = tu_int(rng, 1, 2);
-    for (int m = 0; m < n; m++) {
-      mutated = 1;
-      switch (tu_int(rng, 0, 5)) {
-        case 0: N = wild(rng, N); break;
-        case 1: lst = wild(rng, lst); break;
-        case 2: rst = wild(rng, rst); break;
-        case 3: ost = wild(rng, ost); break;
-        case 4: f = (dsk_kv_format)tu_int(rng, 0, 5); break;
-        default: mutate_cache(&c, rng); break;
-      }
+  const int n_mut = mutation_count(rng, iter), mutated = n_mut > 0;
+  for (int m = 0; m < n_mut; m++) {
+    switch (tu_int(rng, 0, 5)) {
+      case 0: N = wild(rng, N); break;
+      case 1: lst = wild(rng, lst); break;
+      case 2: rst = wild(rng, rst); break;
+      case 3: ost = wild(rng, ost); break;
+      case 4: f = (dsk_kv_format)tu_int(rng, 0, 5); break;
+      default: mutate_cache(&c, rng); break;
     }
   }
   const int known = f == DSK_KV_FORMAT_A656 || f == DSK_KV_FORMAT_B584 || f == DSK_KV_FORMAT_IDXK132;
@@ -216,25 +212,23 @@ static void logits_case(tu_rng *rng, int iter, int fused, int *ok_calls, int *er
       default: sbt.stride = wild(rng, sbt.stride); break;
     }
   }
-  if (tu_int(rng, 0, 2) == 0 || iter % 5 == 0) {
-    const int n = tu_int(rng, 1, 2);
-    for (int m = 0; m < n; m++) {
-      mutated = 1;
-      switch (tu_int(rng, 0, 12)) {
-        case 0: d.T = wild(rng, d.T); break;
-        case 1: d.n_heads = wild(rng, d.n_heads); break;
-        case 2: d.q_stride_t = wild(rng, d.q_stride_t); break;
-        case 3: d.q_stride_h = wild(rng, d.q_stride_h); break;
-        case 4: d.q_scale_stride_t = wild(rng, d.q_scale_stride_t); break;
-        case 5: d.weights_stride_t = wild(rng, d.weights_stride_t); break;
-        case 6: d.ratio = wild(rng, d.ratio); break;
-        case 7: d.block_table.rows = wild(rng, d.block_table.rows); break;
-        case 8: d.block_table.max_blocks = wild(rng, d.block_table.max_blocks); break;
-        case 9: d.block_table.stride = wild(rng, d.block_table.stride); break;
-        case 10: d.ctx_width = wild(rng, d.ctx_width); break;
-        case 11: d.out_stride_t = wild(rng, d.out_stride_t); break;
-        default: mutate_cache(&d.cache, rng); break;
-      }
+  const int n_mut = mutation_count(rng, iter);
+  mutated |= n_mut > 0;
+  for (int m = 0; m < n_mut; m++) {
+    switch (tu_int(rng, 0, 12)) {
+      case 0: d.T = wild(rng, d.T); break;
+      case 1: d.n_heads = wild(rng, d.n_heads); break;
+      case 2: d.q_stride_t = wild(rng, d.q_stride_t); break;
+      case 3: d.q_stride_h = wild(rng, d.q_stride_h); break;
+      case 4: d.q_scale_stride_t = wild(rng, d.q_scale_stride_t); break;
+      case 5: d.weights_stride_t = wild(rng, d.weights_stride_t); break;
+      case 6: d.ratio = wild(rng, d.ratio); break;
+      case 7: d.block_table.rows = wild(rng, d.block_table.rows); break;
+      case 8: d.block_table.max_blocks = wild(rng, d.block_table.max_blocks); break;
+      case 9: d.block_table.stride = wild(rng, d.block_table.stride); break;
+      case 10: d.ctx_width = wild(rng, d.ctx_width); break;
+      case 11: d.out_stride_t = wild(rng, d.out_stride_t); break;
+      default: mutate_cache(&d.cache, rng); break;
     }
   }
   const int64_t H = d.n_heads;

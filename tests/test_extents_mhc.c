@@ -36,21 +36,17 @@ static void mhc_case(tu_rng *rng, int iter, int op, int *ok_calls, int *err_call
   int64_t R_out_stride = nD + 8 * tu_int(rng, 0, 1);
   int32_t S = (int32_t)tu_int(rng, 0, (int)dsk_mhc_max_splits(nD));
   int prec = (int)tu_int(rng, 0, 1);
-  int mutated = 0;
-  if (tu_int(rng, 0, 2) == 0 || iter % 5 == 0) {
-    const int n = tu_int(rng, 1, 2);
-    for (int m = 0; m < n; m++) {
-      mutated = 1;
-      switch (tu_int(rng, 0, 7)) {
-        case 0: T = wild(rng, T); break;
-        case 1: D = wild(rng, D); break;
-        case 2: nD = wild(rng, nD); break;
-        case 3: R_stride = wild(rng, R_stride); break;
-        case 4: out_stride = wild(rng, out_stride); break;
-        case 5: R_out_stride = wild(rng, R_out_stride); break;
-        case 6: S = (int32_t)wild(rng, S); break;
-        default: prec = (int)tu_int(rng, -1, 3); break;
-      }
+  const int n_mut = mutation_count(rng, iter), mutated = n_mut > 0;
+  for (int m = 0; m < n_mut; m++) {
+    switch (tu_int(rng, 0, 7)) {
+      case 0: T = wild(rng, T); break;
+      case 1: D = wild(rng, D); break;
+      case 2: nD = wild(rng, nD); break;
+      case 3: R_stride = wild(rng, R_stride); break;
+      case 4: out_stride = wild(rng, out_stride); break;
+      case 5: R_out_stride = wild(rng, R_out_stride); break;
+      case 6: S = (int32_t)wild(rng, S); break;
+      default: prec = (int)tu_int(rng, -1, 3); break;
     }
   }
   const int d_ok = D >= 8 && D <= DSK_MHC_MAX_D && D % 8 == 0;

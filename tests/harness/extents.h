@@ -87,6 +87,13 @@ static inline int64_t wild(tu_rng *rng, int64_t v) {
   }
 }
 
+/* How many fields of a case's descriptor get an edge or wild value:
+ * 1 or 2 in a third of the cases and in every fifth, else 0. */
+static inline int mutation_count(tu_rng *rng, int iter) {
+  if (!(tu_int(rng, 0, 2) == 0 || iter % 5 == 0)) return 0;
+  return tu_int(rng, 1, 2);
+}
+
 static inline int32_t *rand_i32(tu_rng *rng, int64_t n, int lo, int hi) {
   int32_t *a = (int32_t *)malloc(sizeof(int32_t) * (size_t)(n > 0 ? n : 1));
   for (int64_t i = 0; i < (n > 0 ? n : 1); i++) a[i] = tu_int(rng, lo, hi);
