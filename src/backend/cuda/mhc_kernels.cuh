@@ -99,17 +99,14 @@ __device__ __forceinline__ void xor_reduce(float *v, int lane, int &off, int &du
     }
   }
 }
-__host__ __device__ constexpr int reduced_count(int n) {
-  for (int o = 16; o; o >>= 1)
-    if (n % 2 == 0) n /= 2;
-  return n;
-}
-/* the same from mask o0 down (xor_reduce<N, o0>) */
+/* Values a lane holds after xor_reduce<N, o0> (masks o0 down to 1);
+ * reduced_count: after the full tree (xor_reduce<N, 16>). */
 __host__ __device__ constexpr int reduced_count_from(int n, int o0) {
   for (int o = o0; o; o >>= 1)
     if (n % 2 == 0) n /= 2;
   return n;
 }
+__host__ __device__ constexpr int reduced_count(int n) { return reduced_count_from(n, 16); }
 
 /* ---------------------------------------------------------------- projection
  * CTA = split s (blockIdx.y) x TT = TW*WT consecutive tokens (blockIdx.x) x
