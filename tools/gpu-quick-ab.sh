@@ -8,7 +8,10 @@
 #           (builds build-qab0 with DSK_AB_FLAGS and build-qab1 without,
 #           CUDA archs DSK_GPU_ARCHS (default 90-real), and copies the two
 #           dsk binaries to .dev/qab/b0 and .dev/qab/b1; cJSON is unpacked
-#           into .dev/root when it is not there)
+#           into .dev/root when it is not there. With DSK_AB_FLAGS2 set it
+#           also builds build-qab2 with those flags, a second variant
+#           carried as .dev/qab/b2, which `run` treats as it treats b0:
+#           benched in each round, checked, sanitized, profiled)
 #   device: carry .dev/root and .dev/qab, then
 #           DSK_QAB_DEADLINE=300 tools/gpu-quick-ab.sh run
 #
@@ -47,12 +50,19 @@ case $cmd in
     cmake -S "$here" -B "$here/build-qab0" "${cf[@]}" "-DCMAKE_CUDA_FLAGS=${DSK_AB_FLAGS:?set DSK_AB_FLAGS}" \
       "-DCMAKE_C_FLAGS=$DSK_AB_FLAGS" > /dev/null 2>&1 || exit 1
     cmake -S "$here" -B "$here/build-qab1" "${cf[@]}" -DCMAKE_CUDA_FLAGS= -DCMAKE_C_FLAGS= > /dev/null 2>&1 || exit 1
-    for b in 0 1; do
+    bs="0 1"
+    rm -rf "$here/.dev/qab/b2"
+    if [ -n "${DSK_AB_FLAGS2:-}" ]; then
+      cmake -S "$here" -B "$here/build-qab2" "${cf[@]}" "-DCMAKE_CUDA_FLAGS=$DSK_AB_FLAGS2" \
+        "-DCMAKE_C_FLAGS=$DSK_AB_FLAGS2" > /dev/null 2>&1 || exit 1
+      bs="0 1 2"
+    fi
+    for b in $bs; do
       cmake --build "$here/build-qab$b" -j "$(nproc)" --target dsk_cli > "$here/build-qab$b/qab-build.log" 2>&1 ||
         { tail -n 30 "$here/build-qab$b/qab-build.log" >&2; exit 1; }
       mkdir -p "$here/.dev/qab/b$b" && cp "$here/build-qab$b/dsk" "$here/.dev/qab/b$b/dsk" || exit 1
     done
-    echo "ready: carry .dev/root and .dev/qab (b0 = $DSK_AB_FLAGS, b1 = default)" ;;
+    echo "ready: carry .dev/root and .dev/qab (b0 = $DSK_AB_FLAGS, b1 = default${DSK_AB_FLAGS2:+, b2 = $DSK_AB_FLAGS2})" ;;
   run)
     # the logs stay outside $OUT (a device call returns at most 8 files):
     # $OUT gets the tarball and the progress list
@@ -66,6 +76,10 @@ case $cmd in
     t0=$SECONDS
     b0=$here/.dev/qab/b0/dsk b1=$here/.dev/qab/b1/dsk
     [ -x "$b0" ] && [ -x "$b1" ] || { echo "no carried binaries: run 'prep' here and carry .dev/qab" >&2; exit 1; }
+    # the variants: b0, and b2 when prep built one
+    vs="0"
+    [ -x "$here/.dev/qab/b2/dsk" ] && vs="0 2"
+    bin_of() { echo "$here/.dev/qab/b$1/dsk"; }
     nvidia-smi -L > "$log/gpu.txt" 2>&1
     # step NAME TIMEOUT COMMAND...: run it if TIMEOUT seconds fit before the deadline
     step() {
@@ -86,22 +100,30 @@ case $cmd in
       for k in "${!sets[@]}"; do
         # the first word of a set is the bench (moe, indexer, ...), the rest its arguments
         read -ra w <<< "${sets[$k]}"
-        for b in 0 1; do
-          local bin=$b0
-          [ $b = 1 ] && bin=$b1
+        for b in $vs 1; do
+          local bin
+          bin=$(bin_of "$b")
           step "bench_${k}_b${b}_r$1" 60 env DSK_AUTOTUNE=0 DSK_AUTOTUNE_CACHE=off "$bin" bench "${w[0]}" --device cuda:0 "${w[@]:1}"
         done
       done
     }
     ops=${DSK_QAB_CHECK:-moe indexer}
     bench_round 1
-    for op in $ops; do step "check_${op}_b0" 90 "$b0" check --device cuda:0 --only "$op" --quick; done
-    for op in $ops; do step "check_${op}_b0_sm120" 90 env DSK_TEST_AS_SM120=1 "$b0" check --device cuda:0 --only "$op" --quick; done
+    for v in $vs; do
+      for op in $ops; do step "check_${op}_b$v" 90 "$(bin_of "$v")" check --device cuda:0 --only "$op" --quick; done
+      for op in $ops; do
+        step "check_${op}_b${v}_sm120" 90 env DSK_TEST_AS_SM120=1 "$(bin_of "$v")" check --device cuda:0 --only "$op" --quick
+      done
+    done
     # the variant's kernels under compute-sanitizer before anything of b1:
     # a default flips only with these clean
-    [ -n "${DSK_QAB_SAN-1}" ] && for op in $ops; do
-      step "memcheck_${op}_b0" 120 compute-sanitizer --tool memcheck --error-exitcode 9 "$b0" check --device cuda:0 --only "$op" --quick
-      step "racecheck_${op}_b0" 120 compute-sanitizer --tool racecheck --error-exitcode 9 "$b0" check --device cuda:0 --only "$op" --quick
+    [ -n "${DSK_QAB_SAN-1}" ] && for v in $vs; do
+      for op in $ops; do
+        step "memcheck_${op}_b$v" 120 compute-sanitizer --tool memcheck --error-exitcode 9 "$(bin_of "$v")" check \
+          --device cuda:0 --only "$op" --quick
+        step "racecheck_${op}_b$v" 120 compute-sanitizer --tool racecheck --error-exitcode 9 "$(bin_of "$v")" check \
+          --device cuda:0 --only "$op" --quick
+      done
     done
     for op in $ops; do step "check_${op}_b1" 90 "$b1" check --device cuda:0 --only "$op" --quick; done
     # the default build's `dsk demo` (every row checked against the cpu-ref)
@@ -118,9 +140,8 @@ case $cmd in
       set_i=${at%+*} skip=0
       [ "$at" != "$set_i" ] && skip=${at#*+}
       read -ra w <<< "${sets[$set_i]}"
-      for b in 0 1; do
-        bin=$b0
-        [ $b = 1 ] && bin=$b1
+      for b in $vs 1; do
+        bin=$(bin_of "$b")
         step "ncu_${set_i}_b$b" 150 env DSK_AUTOTUNE=0 DSK_AUTOTUNE_CACHE=off ncu --clock-control none --set full \
           -k "regex:$rx" --launch-skip "$skip" -c 1 "$bin" bench "${w[0]}" --device cuda:0 "${w[@]:1}" --reps 1
       done

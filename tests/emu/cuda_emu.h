@@ -670,6 +670,7 @@ inline uint32_t pack_bf16(float lo, float hi) {
 }
 inline uint16_t f32_to_bf16_rne(float x) { return emu::f32_to_bf16(x); }
 inline void prefetch_l2(const void *) {}
+inline void bulk_prefetch_l2(const void *, uint32_t) {}
 inline void pdl_launch_dependents() {}
 inline void pdl_wait() {}
 inline float fast_exp2(float x) { return exp2f(x); }

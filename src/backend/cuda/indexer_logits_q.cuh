@@ -19,11 +19,41 @@
  * q_scale of the pass, the missing-entry count. Two ring buffers only
  * (SM120's 99 KB): a warp scores one stage while its next is in flight. */
 
+/* A k-step's four q fragments (ldmatrix.x4 each) loaded together before its
+ * 16 MMAs (1), or each just before its 4 MMAs (0): at 0 ptxas gives the
+ * four loads one destination register, so each waits for the MMAs of the
+ * one before and a k-step pays four shared-memory latencies in a row; at
+ * 1 it gives them four (124 registers on sm_90, 126 on sm_120a, no spills;
+ * TILE pages only: the run-search form spills 8 bytes on sm_120a with it; a
+ * build option under measurement). */
+#ifndef DSK_INDEXER_QB_ALL
+#define DSK_INDEXER_QB_ALL 0
+#endif
+constexpr bool kQBAll = DSK_INDEXER_QB_ALL != 0;
+
+/* Stages ahead whose tiles each warp's lane 0 also brings into L2 with a
+ * bulk prefetch (TILE only; 0: none), so that the shared-memory copy issued
+ * later finds them there (a build option under measurement). */
+#ifndef DSK_INDEXER_L2_AHEAD
+#define DSK_INDEXER_L2_AHEAD 0
+#endif
+constexpr int kQL2Ahead = DSK_INDEXER_L2_AHEAD;
+
+/* Records of TILE pages staged at a 144-byte stride, one 128-byte bulk copy
+ * a lane, instead of one 4 KB copy at 128 (1; 0: unpadded): with 128 the
+ * two rows of each quarter-warp phase of the fragment loads hit the same
+ * banks (8 wavefronts a 16-byte load, 4 ideal); 144 shifts odd rows by 16
+ * bytes (a build option under measurement). */
+#ifndef DSK_INDEXER_REC_PAD
+#define DSK_INDEXER_REC_PAD 0
+#endif
+constexpr int kQRecPad = DSK_INDEXER_REC_PAD ? 144 : kRec; /* TILE record stride in the ring */
+
 constexpr int kQKeys = 32;                /* candidates per warp and stage: two m-tiles */
 constexpr int kQStage = kQKeys * kLWarps; /* 256 candidates per stage */
 constexpr int kQNBuf = 2;
 
-__host__ __device__ constexpr int64_t lq_off_q() { return (int64_t)kQNBuf * kQStage * kRec; }
+__host__ __device__ constexpr int64_t lq_off_q() { return (int64_t)kQNBuf * kQStage * kQRecPad; }
 __host__ __device__ constexpr int64_t lq_off_ks() { return lq_off_q() + (int64_t)kPassHeads * 256; }
 __host__ __device__ constexpr int64_t lq_off_bar() { return lq_off_ks() + (int64_t)kQNBuf * kQStage * 4; }
 __host__ __device__ constexpr int64_t lq_off_bt() { return lq_off_bar() + (int64_t)kQNBuf * kLWarps * 8; }
@@ -43,6 +73,57 @@ static_assert(kMaxChunkQ % kQStage == 0, "whole stages per chunk");
  * of lane (g = head, tq = c); ldmatrix of a chunk over 8 heads hands lane
  * (g, tq) exactly those words, free of bank conflicts. */
 __host__ __device__ constexpr int lq_q_at(int h, int ch) { return h * 256 + ((ch ^ (h & 7)) << 4); }
+
+/* L2 prefetch of warp `warp`'s tile at s_lo (its 32 records and scales),
+ * TILE pages (a multiple of 32 entries); lane 0 only, nothing when the
+ * tile is past e or its page is missing. */
+__device__ __forceinline__ void lq_prefetch_tile(const LogitsParams &p, const int *s_bt, uint32_t b0, int64_t s_lo,
+                                                 int64_t e) {
+  if ((threadIdx.x & 31) != 0 || s_lo >= e) return;
+  const uint32_t b = lg_block(p, (uint32_t)s_lo);
+  const uint32_t bi = b - b0;
+  const int page = bi < (uint32_t)kBtCap ? s_bt[bi] : -1;
+  if (page < 0) return;
+  const uint8_t *pg = p.base + (int64_t)page * p.page_stride;
+  const int64_t r = s_lo - (int64_t)b * p.pbs;
+  dsk_ptx::bulk_prefetch_l2(pg + r * kRec, (uint32_t)kQKeys * kRec);
+  dsk_ptx::bulk_prefetch_l2(pg + (int64_t)kRec * p.pbs + 4 * r, 4u * kQKeys);
+}
+
+/* lg_issue_tile<32> with the records at a kQRecPad-byte stride: lane l
+ * copies record l of the 32-entry window (128 bytes), lane 0 also the
+ * scales; all complete on the warp's mbarrier of the buffer. Returns the
+ * missing candidates on lane 0. */
+__device__ __forceinline__ int lq_issue_tile_pad(const LogitsParams &p, uint8_t *s_key, float *s_ks, uint64_t *s_bar,
+                                                 const int *s_bt, uint32_t b0, int64_t s_lo, int64_t e, int buf) {
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int slot = buf * kLWarps + warp;
+  int page = -1;
+  int64_t r = 0;
+  if (s_lo < e) {
+    const uint32_t b = lg_block(p, (uint32_t)s_lo);
+    const uint32_t bi = b - b0;
+    page = bi < (uint32_t)kBtCap ? s_bt[bi] : -1;
+    r = s_lo - (int64_t)b * p.pbs; /* a multiple of kQKeys, r + kQKeys <= pbs */
+  }
+  int miss = 0;
+  if (lane == 0) {
+    if (page >= 0) dsk_ptx::mbar_arrive_tx(&s_bar[slot], (uint32_t)kQKeys * (kRec + 4u));
+    else {
+      dsk_ptx::mbar_arrive(&s_bar[slot]);
+      if (s_lo < e) miss = (int)(e - s_lo < kQKeys ? e - s_lo : kQKeys);
+    }
+  }
+  __syncwarp();
+  if (page >= 0) { /* warp-uniform */
+    const uint8_t *pg = p.base + (int64_t)page * p.page_stride;
+    dsk_ptx::bulk_g2s(s_key + ((int64_t)slot * kQKeys + lane) * kQRecPad, pg + (r + lane) * kRec, (uint32_t)kRec,
+                      &s_bar[slot]);
+    if (lane == 0)
+      dsk_ptx::bulk_g2s(s_ks + slot * kQKeys, pg + (int64_t)kRec * p.pbs + 4 * r, 4u * kQKeys, &s_bar[slot]);
+  }
+  return miss;
+}
 
 /* Scores of rows t (blockIdx.y, + gridDim.y ...) over candidates
  * [c0, c0 + chunk) (chunk a multiple of kQStage) for the <= 64 heads of one
@@ -76,6 +157,13 @@ __global__ void __launch_bounds__(kLThreads, 2) indexer_logits_q_kernel(const Lo
   const uint8_t *q_row = s_q + (8 * (lane >> 4) + (lane & 7)) * 256;
   const int q_x = (((lane >> 3) & 1) ^ (lane & 7)) << 4;
 
+  /* record stride of this form's ring, and its copies of a warp tile */
+  constexpr int kRs = TILE ? kQRecPad : kRec;
+  auto issue = [&](int64_t s_lo, int64_t e, int buf) -> int {
+    if constexpr (TILE && kQRecPad != kRec) return lq_issue_tile_pad(p, s_key, s_ks, s_bar, s_bt, b0, s_lo, e, buf);
+    else return lg_issue_any<TILE, kQKeys>(p, s_key, s_ks, s_bar, s_bt, b0, s_lo, e, buf);
+  };
+
   for (int64_t t = blockIdx.y; t < p.T; t += gridDim.y) {
     float *orow = p.out + t * p.out_st;
     const int64_t e = lg_row_setup(p, t, c0, c1, b0, s_bt, s_wq, s_cnt);
@@ -105,17 +193,24 @@ __global__ void __launch_bounds__(kLThreads, 2) indexer_logits_q_kernel(const Lo
 #pragma unroll 1
     for (int st = 0; st < kQNBuf - 1; st++) {
       if (st < nst)
-        miss += lg_issue_any<TILE, kQKeys>(p, s_key, s_ks, s_bar, s_bt, b0, c0 + (int64_t)st * kQStage + kQKeys * warp,
-                                           e, (int)((gs + (uint32_t)st) % kQNBuf));
+        miss += issue(c0 + (int64_t)st * kQStage + kQKeys * warp, e, (int)((gs + (uint32_t)st) % kQNBuf));
       dsk_ptx::cp_async_commit();
+    }
+    if constexpr (TILE && kQL2Ahead > 0) {
+#pragma unroll 1
+      for (int st = kQNBuf - 1; st < kQNBuf - 1 + kQL2Ahead && st < nst; st++)
+        lq_prefetch_tile(p, s_bt, b0, c0 + (int64_t)st * kQStage + kQKeys * warp, e);
     }
 #pragma unroll 1
     for (int i = 0; i < nst; i++) {
       __syncwarp(); /* this warp finished reading the buffer of stage i - 1 */
+      if constexpr (TILE && kQL2Ahead > 0) {
+        if (i + kQNBuf - 1 + kQL2Ahead < nst)
+          lq_prefetch_tile(p, s_bt, b0, c0 + (int64_t)(i + kQNBuf - 1 + kQL2Ahead) * kQStage + kQKeys * warp, e);
+      }
       if (i + kQNBuf - 1 < nst)
-        miss += lg_issue_any<TILE, kQKeys>(p, s_key, s_ks, s_bar, s_bt, b0,
-                                           c0 + (int64_t)(i + kQNBuf - 1) * kQStage + kQKeys * warp, e,
-                                           (int)((gs + (uint32_t)(i + kQNBuf - 1)) % kQNBuf));
+        miss += issue(c0 + (int64_t)(i + kQNBuf - 1) * kQStage + kQKeys * warp, e,
+                      (int)((gs + (uint32_t)(i + kQNBuf - 1)) % kQNBuf));
       dsk_ptx::cp_async_commit();
       const uint32_t gi = gs + (uint32_t)i;
       const int buf = (int)(gi % kQNBuf);
@@ -132,7 +227,7 @@ __global__ void __launch_bounds__(kLThreads, 2) indexer_logits_q_kernel(const Lo
        * into 128 registers with spills on both targets.) */
       const bool two = s_lo + 16 < e;
       const bool tok = TILE && p.last && lg_page(p, s_bt, b0, (uint32_t)s_lo) >= 0;
-      const uint8_t *kb = s_key + (int64_t)slot * kQKeys * kRec;
+      const uint8_t *kb = s_key + (int64_t)slot * kQKeys * kRs;
       float acc[2][8][4];
 #pragma unroll
       for (int mt = 0; mt < 2; mt++)
@@ -144,8 +239,8 @@ __global__ void __launch_bounds__(kLThreads, 2) indexer_logits_q_kernel(const Lo
         uint4 x[2], y[2];
 #pragma unroll
         for (int mt = 0; mt < 2; mt++) {
-          x[mt] = *reinterpret_cast<const uint4 *>(kb + (16 * mt + g) * kRec + off);
-          y[mt] = *reinterpret_cast<const uint4 *>(kb + (16 * mt + g + 8) * kRec + off);
+          x[mt] = *reinterpret_cast<const uint4 *>(kb + (16 * mt + g) * kRs + off);
+          y[mt] = *reinterpret_cast<const uint4 *>(kb + (16 * mt + g + 8) * kRs + off);
         }
 #pragma unroll
         for (int kq = 0; kq < 4; kq++) {
@@ -156,15 +251,31 @@ __global__ void __launch_bounds__(kLThreads, 2) indexer_logits_q_kernel(const Lo
             dsk_ptx::e4m3x4_to_f16x2x2(u4_word(x[mt], kq), a[mt][0], a[mt][2]); /* row g */
             dsk_ptx::e4m3x4_to_f16x2x2(u4_word(y[mt], kq), a[mt][1], a[mt][3]); /* row g + 8 */
           }
+          if constexpr (TILE && kQBAll) {
+            uint32_t b[4][4];
 #pragma unroll
-          for (int np = 0; np < 4; np++) { /* n-tiles 2 np, 2 np + 1 */
-            uint32_t b[4];
-            dsk_ptx::ldmatrix_x4(b, q_row + 4096 * np + 128 * half + (q_x ^ (kq << 5)));
+            for (int np = 0; np < 4; np++)
+              dsk_ptx::ldmatrix_x4(b[np], q_row + 4096 * np + 128 * half + (q_x ^ (kq << 5)));
 #pragma unroll
-            for (int mt = 0; mt < 2; mt++) {
-              if (mt == 1 && !two) continue; /* warp-uniform */
-              dsk_ptx::mma_f16(acc[mt][2 * np], a[mt], b[0], b[1]);
-              dsk_ptx::mma_f16(acc[mt][2 * np + 1], a[mt], b[2], b[3]);
+            for (int np = 0; np < 4; np++) { /* n-tiles 2 np, 2 np + 1 */
+#pragma unroll
+              for (int mt = 0; mt < 2; mt++) {
+                if (mt == 1 && !two) continue; /* warp-uniform */
+                dsk_ptx::mma_f16(acc[mt][2 * np], a[mt], b[np][0], b[np][1]);
+                dsk_ptx::mma_f16(acc[mt][2 * np + 1], a[mt], b[np][2], b[np][3]);
+              }
+            }
+          } else {
+#pragma unroll
+            for (int np = 0; np < 4; np++) { /* n-tiles 2 np, 2 np + 1 */
+              uint32_t b[4];
+              dsk_ptx::ldmatrix_x4(b, q_row + 4096 * np + 128 * half + (q_x ^ (kq << 5)));
+#pragma unroll
+              for (int mt = 0; mt < 2; mt++) {
+                if (mt == 1 && !two) continue; /* warp-uniform */
+                dsk_ptx::mma_f16(acc[mt][2 * np], a[mt], b[0], b[1]);
+                dsk_ptx::mma_f16(acc[mt][2 * np + 1], a[mt], b[2], b[3]);
+              }
             }
           }
         }

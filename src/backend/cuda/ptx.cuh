@@ -206,6 +206,11 @@ __device__ __forceinline__ void bulk_g2s(void *dst, const void *src, uint32_t by
       "l"(src), "r"(bytes), "r"(smem_u32(bar))
       : "memory");
 }
+/* Brings `bytes` (a multiple of 16, 16-byte aligned) from src into L2, no
+ * shared-memory destination and no completion (a hint) */
+__device__ __forceinline__ void bulk_prefetch_l2(const void *src, uint32_t bytes) {
+  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(src), "r"(bytes) : "memory");
+}
 /* relu(x) = x < 0 ? 0 : x with NaN propagated (max.NaN; -0 becomes +0) */
 __device__ __forceinline__ float ix_relu(float x) {
   float r;
