@@ -215,6 +215,7 @@ __device__ __forceinline__ QRows<NR> q_load(const Params &p, int64_t t, int h_fi
 /* The largest |q| over the nope dims of one staged row (the warp's 32
  * lanes together), and 0 for an all-zero row; a NaN is not seen (fmaxf
  * drops it), an inf is. */
+template <bool REDUX = false>
 __device__ __forceinline__ float q_row_absmax(const uint4 (&qv)[2]) {
   float mx = 0.f;
 #pragma unroll
@@ -224,13 +225,17 @@ __device__ __forceinline__ float q_row_absmax(const uint4 (&qv)[2]) {
     for (int e = 0; e < 4; e++)
       mx = fmaxf(mx, fmaxf(fabsf(bf16_bits_to_f32(w[e] & 0xffff)), fabsf(bf16_bits_to_f32(w[e] >> 16))));
   }
-  return warp_max(mx);
+  /* REDUX: mx is +0 .. +inf (never NaN, never -0), so its bits order as
+   * unsigned and one redux gives warp_max's result (DSK_K32F8_EARLY_PRO) */
+  if constexpr (REDUX) return __uint_as_float(__reduce_max_sync(0xffffffffu, __float_as_uint(mx)));
+  else return warp_max(mx);
 }
 /* The pre-scale of one staged row (the warp's 32 lanes together): returns
  * 2^-shift, shift chosen from the row's largest |q| so that the f16 values
  * stay below 2^15, and lane 0 writes 2^shift to *qscale. */
+template <bool REDUX = false>
 __device__ __forceinline__ float q_prescale(const uint4 (&qv)[2], int lane, float *qscale) {
-  const float mx = q_row_absmax(qv);
+  const float mx = q_row_absmax<REDUX>(qv);
   const int ex = (int)((__float_as_uint(mx) >> 23) & 0xff) - 127;
   int shift = ex - 14 > 0 ? ex - 14 : 0;
   if (shift > 125) shift = 125;
@@ -251,7 +256,7 @@ __device__ __forceinline__ uint4 q_f16x8(const uint4 &v, float inv) {
  * m16n8k16 A fragment that ldmatrix delivers holds dims 4q..4q+3 of rows g
  * and g+8: the order of B fragments converted in registers from four
  * consecutive e4m3 bytes (sparse_mla_k32f8.cuh, ACCURATE form). */
-template <int F, bool IL, int NR, bool PERM = false>
+template <int F, bool IL, int NR, bool PERM = false, bool REDUX = false>
 __device__ __forceinline__ void q_store(const QRows<NR> &q, int lane, uint8_t *nope, int nope_bytes, uint8_t *rope,
                                         int rope_bytes, float *qscale, int il_row0) {
   using C = Fmt<F>;
@@ -259,7 +264,7 @@ __device__ __forceinline__ void q_store(const QRows<NR> &q, int lane, uint8_t *n
   const uint4(&rv)[NR] = q.rv;
 #pragma unroll
   for (int r = 0; r < NR; r++) {
-    const float inv = q_prescale(qv[r], lane, qscale + r);
+    const float inv = q_prescale<REDUX>(qv[r], lane, qscale + r);
 #pragma unroll
     for (int k = 0; k < 2; k++) {
       const int d = lane * 8 + 256 * k;

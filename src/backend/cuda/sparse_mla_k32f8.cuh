@@ -62,6 +62,25 @@
  * into e4m3's subnormals, and the emulated rel_l2 rose to 5e-3). The
  * output is scaled back by 1 / kF8PScale (exact). */
 constexpr int kF8LazyLog2 = 2;
+/* Two forms under measurement (build options, 0 until a GPU has timed
+ * them; docs/design.md, "The 32-head decode kernel", SASS notes):
+ * DSK_K32F8_EARLY_PRO=1: the prologue's global loads (this warp's Q rows,
+ * both segments' lens[t], both possible slot ids of stage 0) issued
+ * together instead of lens, then the slot, then Q, one after another; the
+ * Q rows' maxima by one redux each instead of five dependent shuffles.
+ * DSK_K32F8_FAST_FOLD=1: PV's V-scale fold by one redux of the stage's
+ * tile scales, 1 / R by the approximate reciprocal only when R grows, and
+ * the softmax rescale and the fold's factor in one pass over the
+ * accumulators (skipped when both are 1). */
+#ifndef DSK_K32F8_EARLY_PRO
+#define DSK_K32F8_EARLY_PRO 0
+#endif
+#ifndef DSK_K32F8_FAST_FOLD
+#define DSK_K32F8_FAST_FOLD 0
+#endif
+#if DSK_K32F8_FAST_FOLD && !DSK_K32F8_EARLY_PRO
+#error "DSK_K32F8_FAST_FOLD=1 needs DSK_K32F8_EARLY_PRO=1: alone it spills 4 bytes in the sm_90 Format B RC kernel"
+#endif
 constexpr float kF8PScale = 64.f;
 
 /* hi / lo e4m3 split of four values (byte j of hi and lo from x_j): hi =
@@ -347,7 +366,52 @@ __global__ void __launch_bounds__(DSK_MLA32_THREADS, RC ? DSK_MLA32_MIN_BLOCKS :
   const bool counting = p.counters && hg == 0;
   pdl_launch_dependents();
 
+#if DSK_K32F8_EARLY_PRO
+  /* the prologue's loads in flight together: this warp's Q rows, both
+   * segments' lens[t] and the two possible slot ids of stage 0 (segment 0
+   * at stage slot s0, segment 1 at its first), each from a valid address
+   * (p.q's first word when absent), so that no load waits for another */
+  const QRows<4> qrows = q_load<F, 4>(p, t, h0 + 4 * warp, lane);
+  StageRange sr;
+  int32_t slot0 = -1;
+  {
+    const int c = tid >> 3;
+    const bool two = p.nseg > 1;
+    const int32_t *fb = reinterpret_cast<const int32_t *>(p.q);
+    const int s0 = split * p.spb, n0s = 2 * p.nch0;
+    const int64_t k0 = (int64_t)s0 * kSub + c, k1 = (int64_t)max(s0 - n0s, 0) * kSub + c;
+    const int32_t *la0 = p.seg[0].lens ? p.seg[0].lens + t : fb;
+    const int32_t *la1 = two && p.seg[1].lens ? p.seg[1].lens + t : fb;
+    const int32_t *sa0 = k0 < p.seg[0].width ? p.seg[0].slots + t * p.seg[0].slots_st + k0 : fb;
+    const int32_t *sa1 = two && k1 < p.seg[1].width ? p.seg[1].slots + t * p.seg[1].slots_st + k1 : fb;
+    const int32_t lv0 = __ldg(la0), lv1 = __ldg(la1), sv0 = __ldg(sa0), sv1 = __ldg(sa1);
+    /* stage_range's arithmetic (sparse_mla_common.cuh) on the loaded lens */
+    const int64_t w0 = p.seg[0].width, w1 = p.seg[1].width;
+    sr.L0 = p.seg[0].lens ? (lv0 < 0 ? 0 : (lv0 > w0 ? w0 : (int64_t)lv0)) : w0;
+    sr.L1 = !two ? 0 : p.seg[1].lens ? (lv1 < 0 ? 0 : (lv1 > w1 ? w1 : (int64_t)lv1)) : w1;
+    if (counting && split == 0 && tid == 0) {
+      const unsigned long long clamped = (unsigned long long)(p.seg[0].lens && (lv0 < 0 || lv0 > w0)) +
+                                         (unsigned long long)(two && p.seg[1].lens && (lv1 < 0 || lv1 > w1));
+      if (clamped) atomicAdd(&p.counters[1], clamped);
+    }
+    const int s1e = min(s0 + p.spb, 2 * p.nch);
+    sr.b0 = s0;
+    const int64_t e0 = min((int64_t)min(s1e, n0s), (sr.L0 + kSub - 1) / kSub);
+    sr.b1 = max(s0 - n0s, 0);
+    const int64_t e1 = min((int64_t)max(s1e - n0s, 0), (sr.L1 + kSub - 1) / kSub);
+    sr.n0 = (int)max(e0 - sr.b0, (int64_t)0);
+    sr.n = sr.n0 + (int)max(e1 - sr.b1, (int64_t)0);
+    /* stage_slot(0): segment 1 when segment 0 has no stage here */
+    if (sr.n > 0) {
+      const bool s1 = sr.n0 == 0;
+      if ((s1 ? k1 : k0) < (s1 ? sr.L1 : sr.L0)) slot0 = s1 ? sv1 : sv0;
+    }
+  }
+  constexpr bool kRedux = true;
+#else
   const StageRange sr = stage_range(p, t, split, counting, tid);
+  constexpr bool kRedux = false;
+#endif
   const int n = sr.n;
 
   /* ---- stage issue: 8 threads per candidate (c = tid / 8), stage i into
@@ -362,13 +426,15 @@ __global__ void __launch_bounds__(DSK_MLA32_THREADS, RC ? DSK_MLA32_MIN_BLOCKS :
   /* ---- prologue: stage 0 goes in flight while this warp's 4 Q rows are
    * split into e4m3 hi / lo (rope rows to QR) */
   {
+#if !DSK_K32F8_EARLY_PRO
     const int32_t slot0 = load_slot(0);
     const QRows<4> qrows = q_load<F, 4>(p, t, h0 + 4 * warp, lane);
+#endif
     if (n > 0) issue(0, slot0);
     cp_async_commit();
     if constexpr (RC) /* f16 rows (pre-scaled as the ACCURATE kernels do) in the PERM order, over QH + QL */
-      q_store<F, false, 4, true>(qrows, lane, qh + 4 * warp * QF16, QF16, qrope + 4 * warp * QRS, QRS, qscale + 4 * warp,
-                                 0);
+      q_store<F, false, 4, true, kRedux>(qrows, lane, qh + 4 * warp * QF16, QF16, qrope + 4 * warp * QRS, QRS,
+                                         qscale + 4 * warp, 0);
     else
       q_store_e4m3<F, 4>(qrows, lane, qh + 4 * warp * QS8, ql + 4 * warp * QS8, QS8, qrope + 4 * warp * QRS, QRS,
                          qscale + 4 * warp);
@@ -390,6 +456,9 @@ __global__ void __launch_bounds__(DSK_MLA32_THREADS, RC ? DSK_MLA32_MIN_BLOCKS :
   const bool rope_warp = F == 2 && warp == 7;
   const int vtile = F == 1 ? warp >> 1 : warp; /* scale tile of this warp's PV dims */
   float R = 0.f;                               /* running maximum of that tile's scales */
+#if DSK_K32F8_FAST_FOLD
+  float inv_r = 0.f; /* 1 / R (0 while R is 0) */
+#endif
   float acc[2][8][4];
 #pragma unroll
   for (int a = 0; a < 2; a++)
@@ -433,14 +502,51 @@ __global__ void __launch_bounds__(DSK_MLA32_THREADS, RC ? DSK_MLA32_MIN_BLOCKS :
     __syncthreads(); /* B3: probabilities ready */
 
     /* ---- 3. PV: dims 64 warp .. + 63 of heads 0..31 */
+#if DSK_K32F8_FAST_FOLD
+    if (!rope_warp) {
+      /* the stage's largest scale of this warp's tile by one redux (scales
+       * taken as >= 0, whose bits order as unsigned; a NaN or negative
+       * scale counts as 0, as fmaxf against R >= 0 treated it), then the
+       * softmax rescale and the fold's factor in one pass */
+      const float s_lane = tile_scale<F>(st + lane * C::SREC, vtile);
+      const float al[4] = {alpha[g], alpha[g + 8], alpha[16 + g], alpha[24 + g]};
+      const float rmax =
+          __uint_as_float(__reduce_max_sync(0xffffffffu, __float_as_uint(s_lane > 0.f ? s_lane : 0.f)));
+      float keep = 1.f;
+      if (rmax > R) { /* warp-uniform */
+        const float rc = fast_rcp(rmax);
+        keep = R * rc;
+        inv_r = rc;
+        R = rmax;
+      }
+      if (!__all_sync(0xffffffffu, al[0] == 1.f && al[1] == 1.f && al[2] == 1.f && al[3] == 1.f && keep == 1.f)) {
+#pragma unroll
+        for (int a = 0; a < 2; a++)
+#pragma unroll
+          for (int j = 0; j < 8; j++) {
+            acc[a][j][0] *= al[2 * a] * keep;
+            acc[a][j][1] *= al[2 * a] * keep;
+            acc[a][j][2] *= al[2 * a + 1] * keep;
+            acc[a][j][3] *= al[2 * a + 1] * keep;
+          }
+      }
+    } else {
+      k32_rescale(alpha, g, acc);
+    }
+#else
     k32_rescale(alpha, g, acc);
+#endif
     if (rope_warp) {
       k32_pv<F, true, C::SREC, C::ROPE>(ps, nullptr, st, vtile, 1.f, warp, lane, acc);
     } else {
       /* 1 / R; the FAST form's 2^6 is applied after scale / R <= 1 (k32f8_pv), so
        * a tiny R (a Format A RAW scale of 2^-126 for an all-zero tile) cannot
        * overflow the factor */
+#if DSK_K32F8_FAST_FOLD
+      const float inv = inv_r;
+#else
       const float inv = fold_v_scale(R, tile_scale<F>(st + lane * C::SREC, vtile), acc);
+#endif
       if constexpr (RC)
         k32r_pv<F>(ps, st, vtile, inv, warp, lane, acc);
       else

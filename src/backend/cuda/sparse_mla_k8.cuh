@@ -64,6 +64,38 @@ __device__ __forceinline__ uint32_t k8_pair_bytes(uint32_t x, uint32_t y, int od
   return __byte_perm(x, y, odd ? 0x7362u : 0x5140u);
 }
 
+/* DSK_MLA8_PV_FOLD (compile-time; default 0 until a GPU has timed it): PV's
+ * V-scale fold of a unit done once before its tile loop (every tile scale
+ * of the lane's four records from one load a record, each tile's maximum by
+ * independent shuffles, one warp-uniform branch for the rare rescale), so
+ * that the tile loop has no branch; 0: each tile's scales, maximum and
+ * rescale test just before its MMAs. The same operations in both, so the
+ * same bits; in the SASS of 0 each of the 7 (Format B) tiles is a block
+ * behind its own branch whose scale loads issue only after the previous
+ * one's (docs/design.md, "The 8-head decode kernel"). The two forms repeat
+ * the tile's MMA block: factoring it into a lambda changed the default's
+ * PTX, and the form not kept goes once the fold has been timed. */
+#ifndef DSK_MLA8_PV_FOLD
+#define DSK_MLA8_PV_FOLD 0
+#endif
+
+/* Every tile scale of the staged record at rec (tile_scale of each tile)
+ * from one shared-memory load: 16 bytes in Format A, 8 in B. */
+template <int F>
+__device__ __forceinline__ void k8_tile_scales(const uint8_t *rec, float (&s)[Fmt<F>::NT]) {
+  if constexpr (F == 1) {
+    const float4 v = *reinterpret_cast<const float4 *>(rec + 512);
+    s[0] = v.x;
+    s[1] = v.y;
+    s[2] = v.z;
+    s[3] = v.w;
+  } else {
+    const uint2 v = *reinterpret_cast<const uint2 *>(rec + 576);
+#pragma unroll
+    for (int t = 0; t < Fmt<F>::NT; t++) s[t] = ue8m0_kv(((t < 4 ? v.x : v.y) >> (8 * (t & 3))) & 0xffu);
+  }
+}
+
 /* Stages two query heads (rows r0, r0 + 1 of the CTA's 8) for QK, one
  * warp: nope dims as f16 pre-scaled per head (q_prescale), rope dims as the
  * raw bf16, each 8-dim piece at its fragment-interleaved place: nope block
@@ -268,44 +300,101 @@ __global__ void __launch_bounds__(DSK_MLA8_THREADS) sparse_mla_k8_kernel(const P
 
     /* ---- PV */
     const uint8_t *c0 = buf + q4 * SREC, *c4 = c0 + 4 * SREC, *c8 = c0 + 8 * SREC, *c12 = c0 + 12 * SREC;
+    if constexpr (DSK_MLA8_PV_FOLD) {
+      float sv[4][C::NT];
+      k8_tile_scales<F>(c0, sv[0]);
+      k8_tile_scales<F>(c4, sv[1]);
+      k8_tile_scales<F>(c8, sv[2]);
+      k8_tile_scales<F>(c12, sv[3]);
+      float rn[C::NT];
+      bool grow = false;
 #pragma unroll
-    for (int tile = 0; tile < C::NT; tile++) {
-      const float s0 = tile_scale<F>(c0, tile), s4 = tile_scale<F>(c4, tile);
-      const float s8 = tile_scale<F>(c8, tile), s12 = tile_scale<F>(c12, tile);
-      float smax = fmaxf(fmaxf(s0, s4), fmaxf(s8, s12));
-      smax = fmaxf(smax, __shfl_xor_sync(0xffffffffu, smax, 1));
-      smax = fmaxf(smax, __shfl_xor_sync(0xffffffffu, smax, 2));
-      const float rnew = fmaxf(R[tile], smax); /* the same in every lane */
-      if (rnew != R[tile]) {
-        const float keep = rnew > 0.f ? R[tile] / rnew : 0.f;
-#pragma unroll
-        for (int bb = 0; bb < BPT; bb++)
-#pragma unroll
-          for (int j = 0; j < 4; j++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) o[tile * BPT + bb][j][e] *= keep;
-        R[tile] = rnew;
+      for (int tile = 0; tile < C::NT; tile++) {
+        float smax = fmaxf(fmaxf(sv[0][tile], sv[1][tile]), fmaxf(sv[2][tile], sv[3][tile]));
+        smax = fmaxf(smax, __shfl_xor_sync(0xffffffffu, smax, 1));
+        smax = fmaxf(smax, __shfl_xor_sync(0xffffffffu, smax, 2));
+        rn[tile] = fmaxf(R[tile], smax); /* the same in every lane */
+        grow |= rn[tile] != R[tile];
       }
-      /* B = P * scale / R in [0, 2^8]: an approximate 1 / R (R scales the
-       * accumulators back exactly in the merge, so only B's rounding moves) */
-      const float inv = rnew > 0.f ? fast_rcp(rnew) : 0.f;
-      const uint32_t b0 = pack_f16(p0 * (s0 * inv), p4 * (s4 * inv));
-      const uint32_t b1 = pack_f16(p8 * (s8 * inv), p12 * (s12 * inv));
+      if (grow) { /* warp-uniform */
 #pragma unroll
-      for (int bb = 0; bb < BPT; bb++) {
-        const int b = tile * BPT + bb;
-        const uint2 v0 = *reinterpret_cast<const uint2 *>(c0 + 64 * b + 8 * g);
-        const uint2 v4 = *reinterpret_cast<const uint2 *>(c4 + 64 * b + 8 * g);
-        const uint2 v8 = *reinterpret_cast<const uint2 *>(c8 + 64 * b + 8 * g);
-        const uint2 v12 = *reinterpret_cast<const uint2 *>(c12 + 64 * b + 8 * g);
+        for (int tile = 0; tile < C::NT; tile++)
+          if (rn[tile] != R[tile]) {
+            const float keep = rn[tile] > 0.f ? R[tile] / rn[tile] : 0.f;
 #pragma unroll
-        for (int j = 0; j < 4; j++) {
-          const uint32_t w0 = j < 2 ? v0.x : v0.y, w4 = j < 2 ? v4.x : v4.y;
-          const uint32_t w8 = j < 2 ? v8.x : v8.y, w12 = j < 2 ? v12.x : v12.y;
-          uint32_t a[4];
-          e4m3x4_to_f16x2x2(k8_pair_bytes(w0, w4, j & 1), a[0], a[1]);
-          e4m3x4_to_f16x2x2(k8_pair_bytes(w8, w12, j & 1), a[2], a[3]);
-          mma_f16(o[b][j], a, b0, b1);
+            for (int bb = 0; bb < BPT; bb++)
+#pragma unroll
+              for (int j = 0; j < 4; j++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) o[tile * BPT + bb][j][e] *= keep;
+          }
+      }
+#pragma unroll
+      for (int tile = 0; tile < C::NT; tile++) R[tile] = rn[tile];
+#pragma unroll
+      for (int tile = 0; tile < C::NT; tile++) {
+        const float rnew = R[tile];
+        const float inv = rnew > 0.f ? fast_rcp(rnew) : 0.f;
+        const uint32_t b0 = pack_f16(p0 * (sv[0][tile] * inv), p4 * (sv[1][tile] * inv));
+        const uint32_t b1 = pack_f16(p8 * (sv[2][tile] * inv), p12 * (sv[3][tile] * inv));
+#pragma unroll
+        for (int bb = 0; bb < BPT; bb++) {
+          const int b = tile * BPT + bb;
+          const uint2 v0 = *reinterpret_cast<const uint2 *>(c0 + 64 * b + 8 * g);
+          const uint2 v4 = *reinterpret_cast<const uint2 *>(c4 + 64 * b + 8 * g);
+          const uint2 v8 = *reinterpret_cast<const uint2 *>(c8 + 64 * b + 8 * g);
+          const uint2 v12 = *reinterpret_cast<const uint2 *>(c12 + 64 * b + 8 * g);
+#pragma unroll
+          for (int j = 0; j < 4; j++) {
+            const uint32_t w0 = j < 2 ? v0.x : v0.y, w4 = j < 2 ? v4.x : v4.y;
+            const uint32_t w8 = j < 2 ? v8.x : v8.y, w12 = j < 2 ? v12.x : v12.y;
+            uint32_t a[4];
+            e4m3x4_to_f16x2x2(k8_pair_bytes(w0, w4, j & 1), a[0], a[1]);
+            e4m3x4_to_f16x2x2(k8_pair_bytes(w8, w12, j & 1), a[2], a[3]);
+            mma_f16(o[b][j], a, b0, b1);
+          }
+        }
+      }
+    } else {
+#pragma unroll
+      for (int tile = 0; tile < C::NT; tile++) {
+        const float s0 = tile_scale<F>(c0, tile), s4 = tile_scale<F>(c4, tile);
+        const float s8 = tile_scale<F>(c8, tile), s12 = tile_scale<F>(c12, tile);
+        float smax = fmaxf(fmaxf(s0, s4), fmaxf(s8, s12));
+        smax = fmaxf(smax, __shfl_xor_sync(0xffffffffu, smax, 1));
+        smax = fmaxf(smax, __shfl_xor_sync(0xffffffffu, smax, 2));
+        const float rnew = fmaxf(R[tile], smax); /* the same in every lane */
+        if (rnew != R[tile]) {
+          const float keep = rnew > 0.f ? R[tile] / rnew : 0.f;
+#pragma unroll
+          for (int bb = 0; bb < BPT; bb++)
+#pragma unroll
+            for (int j = 0; j < 4; j++)
+#pragma unroll
+              for (int e = 0; e < 4; e++) o[tile * BPT + bb][j][e] *= keep;
+          R[tile] = rnew;
+        }
+        /* B = P * scale / R in [0, 2^8]: an approximate 1 / R (R scales the
+         * accumulators back exactly in the merge, so only B's rounding moves) */
+        const float inv = rnew > 0.f ? fast_rcp(rnew) : 0.f;
+        const uint32_t b0 = pack_f16(p0 * (s0 * inv), p4 * (s4 * inv));
+        const uint32_t b1 = pack_f16(p8 * (s8 * inv), p12 * (s12 * inv));
+#pragma unroll
+        for (int bb = 0; bb < BPT; bb++) {
+          const int b = tile * BPT + bb;
+          const uint2 v0 = *reinterpret_cast<const uint2 *>(c0 + 64 * b + 8 * g);
+          const uint2 v4 = *reinterpret_cast<const uint2 *>(c4 + 64 * b + 8 * g);
+          const uint2 v8 = *reinterpret_cast<const uint2 *>(c8 + 64 * b + 8 * g);
+          const uint2 v12 = *reinterpret_cast<const uint2 *>(c12 + 64 * b + 8 * g);
+#pragma unroll
+          for (int j = 0; j < 4; j++) {
+            const uint32_t w0 = j < 2 ? v0.x : v0.y, w4 = j < 2 ? v4.x : v4.y;
+            const uint32_t w8 = j < 2 ? v8.x : v8.y, w12 = j < 2 ? v12.x : v12.y;
+            uint32_t a[4];
+            e4m3x4_to_f16x2x2(k8_pair_bytes(w0, w4, j & 1), a[0], a[1]);
+            e4m3x4_to_f16x2x2(k8_pair_bytes(w8, w12, j & 1), a[2], a[3]);
+            mma_f16(o[b][j], a, b0, b1);
+          }
         }
       }
     }
