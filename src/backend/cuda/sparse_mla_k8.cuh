@@ -79,6 +79,89 @@ __device__ __forceinline__ uint32_t k8_pair_bytes(uint32_t x, uint32_t y, int od
 #define DSK_MLA8_PV_FOLD 0
 #endif
 
+/* DSK_MLA8_ISSUE2 (compile-time; default 0 until a GPU has timed it): the
+ * copies of a unit's records issued by k8_issue (below), one pass for the
+ * lane's CPL records; 0: stage_issue once per record. The same copies, zero
+ * fills, valid flags and counts in both. */
+#ifndef DSK_MLA8_ISSUE2
+#define DSK_MLA8_ISSUE2 0
+#endif
+
+/* Issues the copies of this lane's CPL records of unit u (candidates
+ * c = lane / TPC + 32 / TPC * h of the unit, part lane % TPC of each) into
+ * the unit's buffer dbuf and its valid flags into vbuf, all 32 lanes of the
+ * warp together: stage_issue's copies, zero fills, valid flags and counts,
+ * per unit rather than per record. The slot ids come from stage_slot, so a
+ * candidate past the valid prefix has slot -1 (stage_issue's k < L test is
+ * that already). The unit's records all lie in stage u / 2: the segment's
+ * fields are read once. ok and the source addresses come without branches
+ * from a clamped slot (0 when not ok: page 0's record 0 and footer 0, valid
+ * addresses as the cache has a page, never read, as cp.async with src-size
+ * 0 zero fills); the out-of-range count is one warp vote a unit; then every
+ * copy back to back. The only branch left on the common path is the
+ * warp-uniform one around the division for a page size that is not a power
+ * of two. */
+template <int F, int TPC, int CPL>
+__device__ __forceinline__ void k8_issue(const Params &p, const StageRange &r, int u, int lane,
+                                         const int32_t (&slot)[CPL], bool counting, uint8_t *dbuf,
+                                         int32_t *vbuf) {
+  using C = Fmt<F>;
+  constexpr int LPC = 32 / TPC, SREC = DSK_MLA8_SREC;
+  const int part = lane % TPC, c0 = lane / TPC;
+  const Seg &sg = p.seg[(u >> 1) >= r.n0 ? 1 : 0];
+  const uint8_t *sbase = sg.base;
+  /* (uint32_t)slot < capc <=> 0 <= slot < cap, for int32 slots and cap >= 1 */
+  const int64_t cap = sg.cap;
+  const uint32_t capc = cap < ((int64_t)1 << 31) ? (uint32_t)cap : (1u << 31);
+  bool ok[CPL];
+  uint32_t cs[CPL];
+  int nbad = 0; /* this lane's slots >= 0 past the cap (part 0 counts) */
+#pragma unroll
+  for (int h = 0; h < CPL; h++) {
+    ok[h] = (uint32_t)slot[h] < capc;
+    nbad += slot[h] >= 0 && !ok[h];
+    cs[h] = ok[h] ? (uint32_t)slot[h] : 0u;
+  }
+  if (part != 0) nbad = 0;
+  if (counting && __any_sync(0xffffffffu, nbad != 0)) {
+    if (nbad) atomicAdd(&p.counters[0], (unsigned long long)nbad);
+  }
+  const uint32_t pb32 = sg.pbs32;
+  const int lg = sg.pbs_log2;
+  uint32_t pg[CPL];
+#pragma unroll
+  for (int h = 0; h < CPL; h++) pg[h] = cs[h] >> (lg & 31);
+  if (lg < 0) { /* warp-uniform */
+#pragma unroll
+    for (int h = 0; h < CPL; h++) pg[h] = cs[h] / pb32;
+  }
+  const int64_t pst = sg.page_stride;
+  const uint8_t *src[CPL], *foot[CPL];
+#pragma unroll
+  for (int h = 0; h < CPL; h++) {
+    const uint32_t j = cs[h] - pg[h] * pb32;
+    const uint8_t *page = sbase + (int64_t)pg[h] * pst;
+    src[h] = page + (int64_t)j * (F == 1 ? 656 : 576) + part * 16;
+    if (F == 2) foot[h] = page + 576 * sg.pbs + 8 * (int64_t)j;
+  }
+  if (part == 0) { /* read after the unit's wait and __syncwarp, as the records */
+#pragma unroll
+    for (int h = 0; h < CPL; h++) vbuf[c0 + LPC * h] = ok[h];
+  }
+  uint8_t *d = dbuf + c0 * SREC + part * 16;
+  if (F == 2 && part == 0) {
+#pragma unroll
+    for (int h = 0; h < CPL; h++) cp_async8(dbuf + (c0 + LPC * h) * SREC + 576, foot[h], ok[h]);
+  }
+  constexpr int NPER = (C::PIECES + TPC - 1) / TPC;
+#pragma unroll
+  for (int h = 0; h < CPL; h++)
+#pragma unroll
+    for (int pc = 0; pc < NPER; pc++)
+      if (C::PIECES % TPC == 0 || pc + 1 < NPER || part + pc * TPC < C::PIECES)
+        cp_async16(d + LPC * h * SREC + pc * TPC * 16, src[h] + pc * TPC * 16, ok[h]);
+}
+
 /* Every tile scale of the staged record at rec (tile_scale of each tile)
  * from one shared-memory load: 16 bytes in Format A, 8 in B. */
 template <int F>
@@ -162,11 +245,15 @@ __global__ void __launch_bounds__(DSK_MLA8_THREADS) sparse_mla_k8_kernel(const P
     return r;
   };
   auto issue = [&](int u, int buf, const Slots &ss) {
+    if constexpr (DSK_MLA8_ISSUE2) {
+      k8_issue<F, TPC, CPL>(p, sr, u, lane, ss.s, counting, kvw + buf * k8Unit * SREC, vflag + buf * k8Unit);
+    } else {
 #pragma unroll
-    for (int h = 0; h < CPL; h++) {
-      const int c = lane / TPC + LPC * h;
-      stage_issue<F, TPC, true>(p, sr, u >> 1, (u & 1) * k8Unit + c, lane % TPC, ss.s[h], counting,
-                                kvw + (buf * k8Unit + c) * SREC, vflag + buf * k8Unit + c);
+      for (int h = 0; h < CPL; h++) {
+        const int c = lane / TPC + LPC * h;
+        stage_issue<F, TPC, true>(p, sr, u >> 1, (u & 1) * k8Unit + c, lane % TPC, ss.s[h], counting,
+                                  kvw + (buf * k8Unit + c) * SREC, vflag + buf * k8Unit + c);
+      }
     }
   };
   /* the Q rows and the first two slot ids load together; the first copies
