@@ -465,7 +465,7 @@ int main() {
   printf("emu_sparse_mla%s: %d passed, %d failed\n",
          variants ? " (other forms: 16-head three barriers and unrolled loop, 8-head two lanes a record)"
          : DSK_MLA8_PV_FOLD ? " (forms under measurement: 8-head fold first and per-unit issue, 32-head raw-record"
-                              " early prologue and redux fold)"
+                              " early prologue and redux fold, 16-head redux fold)"
                             : "",
          passed,
          failed);

@@ -325,6 +325,33 @@ __device__ __forceinline__ float fold_v_scale(float &R, float s_lane, float (&ac
 __device__ __forceinline__ float fold_v_scale(float &R, float s_lane, float (&acc)[8][4]) {
   return fold_v_scale<1>(R, s_lane, reinterpret_cast<float(&)[1][8][4]>(acc));
 }
+/* fold_v_scale's fast form (the 16-head kernel's DSK_MLA16_FAST_FOLD): the
+ * stage's largest scale by one redux on the float bits of max(s_lane, 0)
+ * (scales >= 0 order as unsigned; a NaN or negative scale counts as 0, as
+ * fmaxf against R >= 0 treated it), and keep = old R / new R and 1 / R by
+ * the approximate reciprocal, only when R grows (warp-uniform branch); inv_r
+ * carries 1 / R between stages (start it at 0, as R). Exact for Format B's
+ * power-of-two scales; for Format A keep and 1 / R move by an ulp or so. */
+template <int NA>
+__device__ __forceinline__ float fold_v_scale_fast(float &R, float &inv_r, float s_lane, float (&acc)[NA][8][4]) {
+  const float rmax = __uint_as_float(__reduce_max_sync(0xffffffffu, __float_as_uint(s_lane > 0.f ? s_lane : 0.f)));
+  if (rmax > R) {
+    const float rc = fast_rcp(rmax);
+    const float keep = R * rc;
+#pragma unroll
+    for (int a = 0; a < NA; a++)
+#pragma unroll
+      for (int j = 0; j < 8; j++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) acc[a][j][e] *= keep;
+    R = rmax;
+    inv_r = rc;
+  }
+  return inv_r;
+}
+__device__ __forceinline__ float fold_v_scale_fast(float &R, float &inv_r, float s_lane, float (&acc)[8][4]) {
+  return fold_v_scale_fast<1>(R, inv_r, s_lane, reinterpret_cast<float(&)[1][8][4]>(acc));
+}
 
 /* One stage's online softmax, shared by both kernels and computed by every
  * warp of a head tile for the 16 (row, candidate) pairs each thread needs as

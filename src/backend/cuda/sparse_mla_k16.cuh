@@ -39,6 +39,14 @@ static_assert(DSK_MLA16_LAZY == 0 || DSK_MLA16_LAZY == (int)kLazyLog2, "the 16-h
 #ifndef DSK_MLA16_LATE_ISSUE
 #define DSK_MLA16_LATE_ISSUE 1
 #endif
+/* DSK_MLA16_FAST_FOLD (compile time, default 0 until timed): PV's V-scale
+ * fold by fold_v_scale_fast (one redux for the stage's maximum scale, the
+ * approximate reciprocal only when R grows, 1 / R carried in a register)
+ * instead of fold_v_scale (a 5-shuffle maximum, then a full-precision
+ * division and reciprocal, each behind its own branch, every stage) */
+#ifndef DSK_MLA16_FAST_FOLD
+#define DSK_MLA16_FAST_FOLD 0
+#endif
 /* The m16n8k16 A fragment of Q's rope dims d0, d0 + 1 (and + 8) of rows g,
  * g + 8 (bf16, rows of DSK_MLA_QR_STRIDE elements) */
 __device__ __forceinline__ void rope_a_frag(const uint16_t *qr, int g, int d0, uint32_t (&a)[4]) {
@@ -52,7 +60,13 @@ constexpr int kThreads = DSK_MLA_THREADS;
 constexpr int kThreads8 = 32 * DSK_MLA_WARPS8;
 
 template <int F, int NW>
+#if DSK_MLA16_FAST_FOLD
+/* four 4-warp CTAs an SM: 128 registers (without the cap ptxas takes 160
+ * for the Format B 4-warp kernel on sm_90 with the fast fold) */
+__global__ void __launch_bounds__(32 * NW, NW == 4 ? 4 : 1) sparse_mla_kernel(const Params p) {
+#else
 __global__ void __launch_bounds__(32 * NW) sparse_mla_kernel(const Params p) {
+#endif
   using C = Fmt<F>;
   static_assert(NW == 4 || NW == 8, "4 or 8 warps");
   constexpr int RPW = kHeads / NW; /* Q rows staged per warp */
@@ -108,6 +122,11 @@ __global__ void __launch_bounds__(32 * NW) sparse_mla_kernel(const Params p) {
   float R[NH];
 #pragma unroll
   for (int hh = 0; hh < NH; hh++) R[hh] = 0.f;
+#if DSK_MLA16_FAST_FOLD
+  float inv_r[NH]; /* 1 / R[hh], 0 while R[hh] is 0 */
+#pragma unroll
+  for (int hh = 0; hh < NH; hh++) inv_r[hh] = 0.f;
+#endif
 #pragma unroll
   for (int hh = 0; hh < NH; hh++)
 #pragma unroll
@@ -300,7 +319,11 @@ __global__ void __launch_bounds__(32 * NW) sparse_mla_kernel(const Params p) {
       const bool rope_half = F == 2 && db >= 448;
       const int tile = F == 1 ? warp * NH / 2 : db / 64;
       float inv = 1.f;
+#if DSK_MLA16_FAST_FOLD
+      if (!rope_half) inv = fold_v_scale_fast(R[hh], inv_r[hh], tile_scale<F>(kb + lane * C::SREC, tile), acc[hh]);
+#else
       if (!rope_half) inv = fold_v_scale(R[hh], tile_scale<F>(kb + lane * C::SREC, tile), acc[hh]);
+#endif
 #pragma unroll
       for (int ks = 0; ks < 2; ks++) {
         const int ca = ks * 16 + 2 * q4; /* candidates ca, ca+1 (b0) and ca+8, ca+9 (b1) */
