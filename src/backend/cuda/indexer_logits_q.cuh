@@ -80,12 +80,10 @@ __host__ __device__ constexpr int lq_q_at(int h, int ch) { return h * 256 + ((ch
 __device__ __forceinline__ void lq_prefetch_tile(const LogitsParams &p, const int *s_bt, uint32_t b0, int64_t s_lo,
                                                  int64_t e) {
   if ((threadIdx.x & 31) != 0 || s_lo >= e) return;
-  const uint32_t b = lg_block(p, (uint32_t)s_lo);
-  const uint32_t bi = b - b0;
-  const int page = bi < (uint32_t)kBtCap ? s_bt[bi] : -1;
+  const int page = lg_page(p, s_bt, b0, (uint32_t)s_lo);
   if (page < 0) return;
   const uint8_t *pg = p.base + (int64_t)page * p.page_stride;
-  const int64_t r = s_lo - (int64_t)b * p.pbs;
+  const int64_t r = s_lo - (int64_t)lg_block(p, (uint32_t)s_lo) * p.pbs;
   dsk_ptx::bulk_prefetch_l2(pg + r * kRec, (uint32_t)kQKeys * kRec);
   dsk_ptx::bulk_prefetch_l2(pg + (int64_t)kRec * p.pbs + 4 * r, 4u * kQKeys);
 }
@@ -101,10 +99,8 @@ __device__ __forceinline__ int lq_issue_tile_pad(const LogitsParams &p, uint8_t 
   int page = -1;
   int64_t r = 0;
   if (s_lo < e) {
-    const uint32_t b = lg_block(p, (uint32_t)s_lo);
-    const uint32_t bi = b - b0;
-    page = bi < (uint32_t)kBtCap ? s_bt[bi] : -1;
-    r = s_lo - (int64_t)b * p.pbs; /* a multiple of kQKeys, r + kQKeys <= pbs */
+    page = lg_page(p, s_bt, b0, (uint32_t)s_lo);
+    r = s_lo - (int64_t)lg_block(p, (uint32_t)s_lo) * p.pbs; /* a multiple of kQKeys, r + kQKeys <= pbs */
   }
   int miss = 0;
   if (lane == 0) {

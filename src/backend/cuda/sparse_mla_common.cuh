@@ -307,18 +307,23 @@ constexpr float kLazyLog2 = 8.f;
  * rescales acc by old R / new R when it grew, and returns 1 / R (0 while
  * every scale is 0), so that the PV A operand P * scale / R stays in
  * [0, 1]. */
+/* Every accumulator of the NA 64-dim blocks times f */
+template <int NA>
+__device__ __forceinline__ void scale_acc(float (&acc)[NA][8][4], float f) {
+#pragma unroll
+  for (int a = 0; a < NA; a++)
+#pragma unroll
+    for (int j = 0; j < 8; j++)
+#pragma unroll
+      for (int e = 0; e < 4; e++) acc[a][j][e] *= f;
+}
 template <int NA>
 __device__ __forceinline__ float fold_v_scale(float &R, float s_lane, float (&acc)[NA][8][4]) {
   const float rnew = fmaxf(R, warp_max(s_lane));
   const float keep = rnew > 0.f ? R / rnew : 0.f;
   R = rnew;
   if (keep != 1.f) {
-#pragma unroll
-    for (int a = 0; a < NA; a++)
-#pragma unroll
-      for (int j = 0; j < 8; j++)
-#pragma unroll
-        for (int e = 0; e < 4; e++) acc[a][j][e] *= keep;
+    scale_acc(acc, keep);
   }
   return rnew > 0.f ? 1.f / rnew : 0.f;
 }
@@ -338,12 +343,7 @@ __device__ __forceinline__ float fold_v_scale_fast(float &R, float &inv_r, float
   if (rmax > R) {
     const float rc = fast_rcp(rmax);
     const float keep = R * rc;
-#pragma unroll
-    for (int a = 0; a < NA; a++)
-#pragma unroll
-      for (int j = 0; j < 8; j++)
-#pragma unroll
-        for (int e = 0; e < 4; e++) acc[a][j][e] *= keep;
+    scale_acc(acc, keep);
     R = rmax;
     inv_r = rc;
   }

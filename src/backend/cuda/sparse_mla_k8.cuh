@@ -73,8 +73,9 @@ __device__ __forceinline__ uint32_t k8_pair_bytes(uint32_t x, uint32_t y, int od
  * same bits; in the SASS of 0 each of the 7 (Format B) tiles is a block
  * behind its own branch whose scale loads issue only after the previous
  * one's (docs/design.md, "The 8-head decode kernel"). The two forms repeat
- * the tile's MMA block: factoring it into a lambda changed the default's
- * PTX, and the form not kept goes once the fold has been timed. */
+ * the tile's MMA block: factoring it into a lambda or a force-inlined
+ * function changed the default's PTX, and the form not kept goes once the
+ * fold has been timed. */
 #ifndef DSK_MLA8_PV_FOLD
 #define DSK_MLA8_PV_FOLD 0
 #endif
